@@ -1,0 +1,220 @@
+"""The Store contract: what every backend (memory, SQLite, later PostgreSQL) provides.
+
+A store is *synchronous* and knows nothing of trio. Each instance serialises its own calls
+with a lock, so it is safe to call from several threads, but the runtime gives every
+instance one owner thread lane anyway (one connection, one thread, a batch per hop).
+:meth:`Store.clone` opens another handle on the same data for another lane (the runtime's
+readers), so readers never queue behind the writer.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Protocol, runtime_checkable
+
+import attrs
+
+from .errors import TidelogError
+from .records import JSON, NewEvent, PreparedEvent, SessionInfo, StoredEvent
+
+__all__ = ["AppendOp", "BatchResult", "DeleteOp", "Pin", "Store", "TruncateOp", "WriteOp"]
+
+
+@attrs.frozen
+class AppendOp:
+    """One append inside a batch given to :meth:`Store.write_batch`.
+
+    Each op is atomic on its own: it lands whole or not at all, and its failure does not
+    affect the other ops of the batch.
+
+    ``expected_head`` is checked like :meth:`Store.append`'s. ``owner``, when given, is a
+    lease token: the op fails with :class:`~stores.errors.OwnershipLostError` unless the
+    session's lease is held by exactly that token at commit time (fencing). ``header`` is
+    the JSON text of the header used if the op creates the session.
+    """
+
+    session_id: str
+    events: tuple[PreparedEvent, ...]
+    expected_head: int | None = None
+    owner: str | None = None
+    header_json: str = "{}"
+
+
+@attrs.frozen
+class TruncateOp:
+    """Remove a session's events after ``to_seq`` inside a batch (see :meth:`Store.truncate`).
+
+    ``owner`` fences like :attr:`AppendOp.owner`. Result: the number of events removed."""
+
+    session_id: str
+    to_seq: int
+    owner: str | None = None
+
+
+@attrs.frozen
+class DeleteOp:
+    """Delete a session inside a batch (see :meth:`Store.delete`). Result: 1 or 0."""
+
+    session_id: str
+    owner: str | None = None
+
+
+#: Anything :meth:`Store.write_batch` accepts.
+WriteOp = AppendOp | TruncateOp | DeleteOp
+
+#: Per op: an int on success (the new head for an append, the count removed for a truncate,
+#: 1/0 for a delete), or the (tidelog) error that failed that op alone.
+BatchResult = int | TidelogError
+
+
+@attrs.frozen
+class Pin:
+    """A session's version at one moment: what a snapshot holds instead of a transaction.
+
+    ``incarnation`` changes when the session is deleted and created again; ``epoch`` counts
+    destructive changes (truncates). A read through a pin raises
+    :class:`~stores.errors.SnapshotExpiredError` if anything at or below ``as_of_seq`` was
+    removed or replaced since the pin was taken.
+    """
+
+    session_id: str
+    as_of_seq: int
+    incarnation: int
+    epoch: int
+
+
+@runtime_checkable
+class Store(Protocol):
+    """The synchronous storage contract. See ``DESIGN.md`` ("The Store contract").
+
+    Every method raises :class:`~stores.errors.ClosedError` after :meth:`close`, and
+    :class:`~stores.errors.InvalidSessionIdError` / :class:`~stores.errors.InvalidArgumentError`
+    for bad arguments before touching storage. Backend failures are
+    :class:`~stores.errors.StoreError` subclasses.
+    """
+
+    #: True when committed data survives closing the store and reopening it.
+    durable: bool
+    #: True when calls may block on I/O: the runtime then runs them in a worker thread.
+    #: A non-blocking store (memory) is called inline on the event loop.
+    blocking: bool
+
+    def create(
+        self, session_id: str, header: dict[str, JSON] | None = None, *, exist_ok: bool = False
+    ) -> SessionInfo:
+        """Create an empty session; :class:`SessionExistsError` if present (unless exist_ok,
+        which returns the existing session's info unchanged)."""
+        ...
+
+    def append(
+        self, session_id: str, events: Sequence[NewEvent], *, expected_head: int | None = None
+    ) -> int:
+        """Append a batch atomically and return the new head (creating an unknown session).
+
+        A stale ``expected_head`` raises :class:`ConflictError` (expected, actual) and
+        changes nothing; ``expected_head=0`` on an unknown id succeeds. An empty batch
+        returns the head unchanged and writes nothing."""
+        ...
+
+    def write_batch(self, ops: Sequence[WriteOp], *, sync: bool = False) -> list[BatchResult]:
+        """Commit many writes, for any sessions, in one transaction (group commit).
+
+        Ops apply in order, each atomic on its own; an op that fails (conflict, lost
+        ownership) yields its error in the result list and the others still commit. Once an
+        op for a session failed, that session's later ops in the same batch are not applied
+        and report the same error, so one session's writes never apply out of order. With
+        ``sync=True`` the commit is also made durable against power loss (one fsync
+        barrier that covers every earlier commit too), even if ``ops`` is empty.
+
+        Raises a :class:`StoreError` only if the transaction as a whole failed; then none
+        of the ops was written."""
+        ...
+
+    def sync(self) -> None:
+        """Make every commit so far durable at the strongest level (one fsync barrier)."""
+        ...
+
+    def read(
+        self,
+        session_id: str,
+        *,
+        since_seq: int = 0,
+        until_seq: int | None = None,
+        limit: int | None = None,
+        pin: Pin | None = None,
+    ) -> list[StoredEvent]:
+        """Events with ``since_seq < seq <= until_seq`` in seq order, at most ``limit``.
+
+        Unknown id: ``[]``. With ``pin``, the read is clamped to ``pin.as_of_seq`` and
+        raises :class:`SnapshotExpiredError` if the pinned version was destroyed."""
+        ...
+
+    def refresh_pin(self, pin: Pin) -> Pin:
+        """Advance ``pin`` to the session's current version, checking nothing at or below
+        ``pin.as_of_seq`` was destroyed since (else :class:`SnapshotExpiredError`).
+
+        Atomic: a live tail uses it to move forward without ever missing a truncation."""
+        ...
+
+    def head(self, session_id: str) -> int:
+        """The session's last seq, 0 if empty or unknown."""
+        ...
+
+    def stat(self, session_id: str) -> SessionInfo | None:
+        """The session's info, or ``None`` if unknown."""
+        ...
+
+    def pin(self, session_id: str) -> Pin | None:
+        """Pin the session's current version (``None`` if unknown). Holds no lock."""
+        ...
+
+    def list_sessions(self, *, limit: int | None = None) -> list[SessionInfo]:
+        """Sessions, most recently updated first (ties: by id)."""
+        ...
+
+    def delete(self, session_id: str) -> bool:
+        """Delete a session with its events and lease; ``False`` if it did not exist."""
+        ...
+
+    def truncate(self, session_id: str, to_seq: int) -> int:
+        """Remove events with ``seq > to_seq``; return how many. Later appends reuse the seqs.
+
+        An unknown id is a no-op that creates nothing; ``to_seq >= head`` removes nothing."""
+        ...
+
+    # -- single-writer leases (cross-process ownership) ---------------------------------
+
+    def acquire_lease(self, session_id: str, owner: str, *, ttl: float, holder: str) -> None:
+        """Take the session's write lease for ``owner`` (a unique token).
+
+        Succeeds if the lease is free, already ``owner``'s, or expired (not renewed for
+        ``ttl`` seconds: a takeover). ``holder`` describes the owner (pid@host) for error
+        messages. Raises :class:`SessionOwnedError` otherwise."""
+        ...
+
+    def renew_lease(self, session_id: str, owner: str, *, ttl: float) -> None:
+        """Extend ``owner``'s lease; :class:`OwnershipLostError` if it was taken over."""
+        ...
+
+    def renew_leases(self, owner: str, session_ids: Sequence[str], *, ttl: float) -> list[str]:
+        """Extend all of ``owner``'s leases on ``session_ids`` in one transaction (the
+        runtime's heartbeat); return the ids whose lease is no longer ``owner``'s."""
+        ...
+
+    def release_lease(self, session_id: str, owner: str) -> None:
+        """Give up ``owner``'s lease; a no-op if it is not (or no longer) ``owner``'s."""
+        ...
+
+    # -- change detection, handles ------------------------------------------------------
+
+    def data_version(self) -> int:
+        """A number that changes whenever *another* handle (or process) commits."""
+        ...
+
+    def clone(self) -> Store:
+        """Another handle on the same data, for use by another thread lane."""
+        ...
+
+    def close(self) -> None:
+        """Release resources. Idempotent; every later call raises :class:`ClosedError`."""
+        ...

@@ -1,0 +1,210 @@
+"""The errors tidelog raises: one hierarchy rooted at :class:`TidelogError`.
+
+Every error documents *when* it is raised and *what to do*. Driver errors (apsw, later
+psycopg) never cross the store boundary: they are translated into one of these classes and
+chained with ``raise ... from``, so ``__cause__`` keeps the original for debugging.
+
+Two families are kept apart on purpose:
+
+* "You did something wrong or closed it" -- :class:`InvalidArgumentError` (and its
+  subclasses), :class:`ClosedError`, :class:`ConflictError`, :class:`SessionOwnedError`...
+  Fix the call; nothing was written.
+* "It broke" -- :class:`StoreError` and its subclasses (busy, I/O, corrupt). The operation
+  failed as a whole; data committed before it is intact.
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "ClosedError",
+    "ConflictError",
+    "InvalidArgumentError",
+    "InvalidEventError",
+    "InvalidSessionIdError",
+    "OwnershipLostError",
+    "ReadOnlyError",
+    "SessionExistsError",
+    "SessionNotFoundError",
+    "SessionOwnedError",
+    "SnapshotExpiredError",
+    "StoreBusyError",
+    "StoreCorruptError",
+    "StoreError",
+    "StoreIOError",
+    "TidelogError",
+    "UnsupportedFormatError",
+]
+
+
+class TidelogError(Exception):
+    """Base class of every error tidelog raises on purpose.
+
+    Catch this to handle any tidelog failure; catch a subclass to handle one cause.
+    """
+
+
+class InvalidArgumentError(TidelogError, ValueError):
+    """An argument has the wrong type or value (negative seq, bad mode, bad header...).
+
+    Raised before anything is written or queued. Fix the call and retry. Also a
+    :class:`ValueError`, so generic validation handlers catch it.
+    """
+
+
+class InvalidSessionIdError(InvalidArgumentError):
+    """A session id is not a non-empty ``str`` of at most 256 characters without
+    control characters (or surrogates).
+
+    Raised before anything is written. ``session_id`` holds the offending value.
+    """
+
+    def __init__(self, session_id: object, reason: str) -> None:
+        self.session_id = session_id
+        self.reason = reason
+        super().__init__(f"invalid session id {session_id!r}: {reason}")
+
+
+class InvalidEventError(InvalidArgumentError):
+    """An event (kind, data or run_id) is not acceptable: ``data`` must be exactly JSON
+    (dict with str keys, list, str, int, finite float, bool, None; no tuples, sets, bytes,
+    NaN/inf, cycles or lone surrogates).
+
+    Raised before anything is written; in a batch, *nothing* of the batch is written.
+    ``index`` is the event's position in the batch (``None`` for a lone value such as a
+    header) and ``kind`` its kind.
+    """
+
+    def __init__(self, index: int | None, kind: object, reason: str) -> None:
+        self.index = index
+        self.kind = kind
+        self.reason = reason
+        where = "value" if index is None else f"event {index} (kind {kind!r})"
+        super().__init__(f"invalid {where}: {reason}")
+
+
+class ConflictError(TidelogError):
+    """An append's ``expected_head`` did not match the session's actual head.
+
+    Nothing of the append was written. Re-read the session (``actual`` is the head now),
+    decide, and retry with the new head.
+    """
+
+    def __init__(self, session_id: str, expected: int, actual: int) -> None:
+        self.session_id = session_id
+        self.expected = expected
+        self.actual = actual
+        super().__init__(f"session {session_id!r}: expected head {expected}, actual head {actual}")
+
+
+class SessionNotFoundError(TidelogError, KeyError):
+    """The session does not exist (a read open, a snapshot, a fork source...).
+
+    Also a :class:`KeyError`. Create it (a write open or an append creates it).
+    """
+
+    def __init__(self, session_id: str) -> None:
+        self.session_id = session_id
+        super().__init__(session_id)
+
+    def __str__(self) -> str:
+        return f"session {self.session_id!r} does not exist"
+
+
+class SessionExistsError(TidelogError):
+    """``create`` (or a fork target) names a session that already exists. Nothing changed."""
+
+    def __init__(self, session_id: str) -> None:
+        self.session_id = session_id
+        super().__init__(f"session {session_id!r} already exists")
+
+
+class SessionOwnedError(TidelogError):
+    """A write open found the session owned by another writer (this process or another).
+
+    Raised at open; nothing was written. Wait for the owner to close, or for its lease to
+    expire (``lease_ttl`` seconds without a heartbeat) if it died. ``owner`` describes the
+    holder when known (pid, host).
+    """
+
+    def __init__(self, session_id: str, owner: str | None = None) -> None:
+        self.session_id = session_id
+        self.owner = owner
+        extra = f" (held by {owner})" if owner else ""
+        super().__init__(f"session {session_id!r} is owned by another writer{extra}")
+
+
+class OwnershipLostError(TidelogError):
+    """This writer's lease was taken over (it expired and another writer claimed it).
+
+    Raised on the write that discovered it; that write wrote nothing, and neither will any
+    later one through this handle. Close the handle and reopen to become the owner again.
+    """
+
+    def __init__(self, session_id: str) -> None:
+        self.session_id = session_id
+        super().__init__(
+            f"session {session_id!r}: this writer's lease was taken over by another writer"
+        )
+
+
+class ReadOnlyError(TidelogError):
+    """A write was attempted through a read handle or a read-only store. Nothing changed."""
+
+
+class ClosedError(TidelogError):
+    """The store, runtime or handle was closed by its user before this call.
+
+    This is "you closed it", not "it broke": reopen to continue.
+    """
+
+
+class SnapshotExpiredError(TidelogError):
+    """Destructive maintenance (truncate, delete, rewind, trim) changed events a snapshot
+    covers, so the snapshot can no longer be served without mixing versions.
+
+    Raised on the snapshot's next read. Take a new snapshot.
+    """
+
+    def __init__(self, session_id: str, as_of_seq: int, reason: str) -> None:
+        self.session_id = session_id
+        self.as_of_seq = as_of_seq
+        super().__init__(f"snapshot of session {session_id!r} at seq {as_of_seq} expired: {reason}")
+
+
+class UnsupportedFormatError(TidelogError):
+    """The database file is not a tidelog database (a foreign SQLite file) or was written
+    by a newer tidelog (schema version higher than this code knows).
+
+    Raised at open; the file is left byte-for-byte untouched. Use the right file or upgrade.
+    """
+
+
+class StoreError(TidelogError):
+    """The storage backend failed ("it broke"). Subclasses name the cause.
+
+    The failing operation wrote nothing; data committed before is intact. ``__cause__``
+    holds the driver's exception.
+    """
+
+
+class StoreBusyError(StoreError):
+    """Another connection held the database lock for longer than ``busy_timeout_ms``.
+
+    Nothing was written. Retry later, or raise ``busy_timeout_ms``.
+    """
+
+
+class StoreIOError(StoreError):
+    """The operating system failed an I/O call (EIO, disk full, permission, cannot open).
+
+    Nothing of the failing operation was written. Fix the cause (free space...) and retry;
+    the runtime keeps queued events and retries them once the store recovers.
+    """
+
+
+class StoreCorruptError(StoreError):
+    """The database file is corrupt or is not a database at all.
+
+    Raised at open (with ``integrity_check_on_open=True`` also for damage deep in the file)
+    or when a read meets the damage. Restore from a backup.
+    """

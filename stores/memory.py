@@ -1,0 +1,381 @@
+"""MemoryStore: a complete in-process backend (not a mock).
+
+It keeps the same contract as :class:`~stores.sqlite.SqliteStore` and passes the same
+conformance suite; it simply does not survive the process. Data is held as encoded JSON
+text, exactly as the durable backends store it, so callers never share mutable objects
+with the store.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+
+import attrs
+
+from .contract import AppendOp, BatchResult, Pin, Store, TruncateOp, WriteOp
+from .errors import (
+    ClosedError,
+    ConflictError,
+    OwnershipLostError,
+    SessionExistsError,
+    SessionOwnedError,
+    SnapshotExpiredError,
+    TidelogError,
+)
+from .records import (
+    JSON,
+    NewEvent,
+    SessionInfo,
+    StoredEvent,
+    check_count,
+    check_ops,
+    check_seq,
+    decode_json,
+    events_from_rows,
+    prepare_events,
+    validate_header,
+    validate_session_id,
+)
+
+__all__ = ["MemoryStore"]
+
+_Row = tuple[int, float, str, str, str | None]  # seq, ts, kind, data_json, run_id
+
+
+@attrs.define
+class _Session:
+    incarnation: int
+    created_at: float
+    updated_at: float
+    header_json: str
+    parent: tuple[str, int] | None = None
+    rows: list[_Row] = attrs.Factory(list)
+    epoch: int = 0
+    cuts: list[tuple[int, int]] = attrs.Factory(list)  # (epoch, to_seq)
+
+    def info(self, session_id: str) -> SessionInfo:
+        header = decode_json(self.header_json)
+        assert isinstance(header, dict)
+        return SessionInfo(
+            session_id, len(self.rows), self.created_at, self.updated_at, header, self.parent
+        )
+
+
+@attrs.define
+class _Lease:
+    owner: str
+    holder: str
+    expires: float
+
+
+@attrs.define
+class _State:
+    """Shared by a MemoryStore and its clones."""
+
+    lock: threading.RLock = attrs.Factory(threading.RLock)
+    sessions: dict[str, _Session] = attrs.Factory(dict)
+    leases: dict[str, _Lease] = attrs.Factory(dict)
+    incarnations: int = 0
+    version: int = 0  # bumped on every commit
+
+
+class MemoryStore:
+    """An in-memory :class:`~stores.contract.Store`. ``durable`` is False."""
+
+    durable = False
+    blocking = False
+
+    def __init__(self) -> None:
+        self._state = _State()
+        self._closed = False
+        self._seen_version = 0
+
+    # -- plumbing ----------------------------------------------------------------------
+
+    @contextmanager
+    def _locked(self) -> Iterator[_State]:
+        with self._state.lock:
+            if self._closed:
+                raise ClosedError("this MemoryStore was closed")
+            yield self._state
+
+    def _new_session(self, state: _State, header_json: str, now: float) -> _Session:
+        state.incarnations += 1
+        return _Session(state.incarnations, now, now, header_json)
+
+    def _commit(self, state: _State) -> None:
+        state.version += 1
+        self._seen_version = state.version
+
+    # -- writes ------------------------------------------------------------------------
+
+    def create(
+        self, session_id: str, header: dict[str, JSON] | None = None, *, exist_ok: bool = False
+    ) -> SessionInfo:
+        """See :meth:`Store.create`."""
+        validate_session_id(session_id)
+        header_json = validate_header(header)
+        with self._locked() as state:
+            existing = state.sessions.get(session_id)
+            if existing is not None:
+                if exist_ok:
+                    return existing.info(session_id)
+                raise SessionExistsError(session_id)
+            session = self._new_session(state, header_json, time.time())
+            state.sessions[session_id] = session
+            self._commit(state)
+            return session.info(session_id)
+
+    def append(
+        self, session_id: str, events: Sequence[NewEvent], *, expected_head: int | None = None
+    ) -> int:
+        """See :meth:`Store.append`."""
+        validate_session_id(session_id)
+        check_seq(expected_head, "expected_head", allow_none=True)
+        prepared = tuple(prepare_events(events))
+        [result] = self.write_batch([AppendOp(session_id, prepared, expected_head)])
+        if isinstance(result, TidelogError):
+            raise result
+        return result
+
+    def write_batch(self, ops: Sequence[WriteOp], *, sync: bool = False) -> list[BatchResult]:
+        """See :meth:`Store.write_batch`. Memory is as durable as it gets at commit."""
+        check_ops(ops)
+        results: list[BatchResult] = []
+        failed: dict[str, TidelogError] = {}
+        with self._locked() as state:
+            now = time.time()
+            version = state.version
+            for op in ops:
+                if op.session_id in failed:
+                    results.append(failed[op.session_id])
+                    continue
+                try:
+                    if isinstance(op, AppendOp):
+                        results.append(self._apply(state, op, now))
+                    elif isinstance(op, TruncateOp):
+                        self._check_owner(state, op.session_id, op.owner)
+                        results.append(self._truncate(state, op.session_id, op.to_seq, now))
+                    else:
+                        self._check_owner(state, op.session_id, op.owner)
+                        results.append(int(self._delete(state, op.session_id)))
+                except TidelogError as exc:
+                    failed[op.session_id] = exc
+                    results.append(exc)
+            if state.version != version:
+                self._seen_version = state.version
+        return results
+
+    @staticmethod
+    def _check_owner(state: _State, session_id: str, owner: str | None) -> None:
+        if owner is not None:
+            lease = state.leases.get(session_id)
+            if lease is None or lease.owner != owner:
+                raise OwnershipLostError(session_id)
+
+    def _apply(self, state: _State, op: AppendOp, now: float) -> int:
+        session = state.sessions.get(op.session_id)
+        head = len(session.rows) if session is not None else 0
+        self._check_owner(state, op.session_id, op.owner)
+        if op.expected_head is not None and op.expected_head != head:
+            raise ConflictError(op.session_id, op.expected_head, head)
+        if not op.events:
+            return head
+        if session is None:
+            session = self._new_session(state, op.header_json, now)
+            state.sessions[op.session_id] = session
+        session.rows.extend(
+            (head + i, now, ev.kind, ev.data_json, ev.run_id)
+            for i, ev in enumerate(op.events, start=1)
+        )
+        session.updated_at = now
+        state.version += 1
+        return len(session.rows)
+
+    def sync(self) -> None:
+        """See :meth:`Store.sync` (nothing to do in memory)."""
+        with self._locked():
+            pass
+
+    def delete(self, session_id: str) -> bool:
+        """See :meth:`Store.delete`."""
+        validate_session_id(session_id)
+        with self._locked() as state:
+            return self._delete(state, session_id)
+
+    def _delete(self, state: _State, session_id: str) -> bool:
+        state.leases.pop(session_id, None)
+        if state.sessions.pop(session_id, None) is None:
+            return False
+        self._commit(state)
+        return True
+
+    def truncate(self, session_id: str, to_seq: int) -> int:
+        """See :meth:`Store.truncate`."""
+        validate_session_id(session_id)
+        check_seq(to_seq, "to_seq")
+        with self._locked() as state:
+            return self._truncate(state, session_id, to_seq, time.time())
+
+    def _truncate(self, state: _State, session_id: str, to_seq: int, now: float) -> int:
+        session = state.sessions.get(session_id)
+        if session is None or to_seq >= len(session.rows):
+            return 0
+        removed = len(session.rows) - to_seq
+        del session.rows[to_seq:]
+        session.epoch += 1
+        session.cuts.append((session.epoch, to_seq))
+        session.updated_at = now
+        self._commit(state)
+        return removed
+
+    # -- reads -------------------------------------------------------------------------
+
+    def read(
+        self,
+        session_id: str,
+        *,
+        since_seq: int = 0,
+        until_seq: int | None = None,
+        limit: int | None = None,
+        pin: Pin | None = None,
+    ) -> list[StoredEvent]:
+        """See :meth:`Store.read`."""
+        validate_session_id(session_id)
+        check_seq(since_seq, "since_seq")
+        check_seq(until_seq, "until_seq", allow_none=True)
+        check_count(limit, "limit")
+        with self._locked() as state:
+            session = state.sessions.get(session_id)
+            if pin is not None:
+                _check_pin(session_id, session, pin)
+                until_seq = pin.as_of_seq if until_seq is None else min(until_seq, pin.as_of_seq)
+            if session is None:
+                return []
+            stop = len(session.rows) if until_seq is None else min(until_seq, len(session.rows))
+            if limit is not None:
+                stop = min(stop, since_seq + limit)
+            rows = session.rows[since_seq:stop] if since_seq < stop else []
+        return events_from_rows(session_id, rows)
+
+    def head(self, session_id: str) -> int:
+        """See :meth:`Store.head`."""
+        validate_session_id(session_id)
+        with self._locked() as state:
+            session = state.sessions.get(session_id)
+            return 0 if session is None else len(session.rows)
+
+    def stat(self, session_id: str) -> SessionInfo | None:
+        """See :meth:`Store.stat`."""
+        validate_session_id(session_id)
+        with self._locked() as state:
+            session = state.sessions.get(session_id)
+            return None if session is None else session.info(session_id)
+
+    def pin(self, session_id: str) -> Pin | None:
+        """See :meth:`Store.pin`."""
+        validate_session_id(session_id)
+        with self._locked() as state:
+            session = state.sessions.get(session_id)
+            if session is None:
+                return None
+            return Pin(session_id, len(session.rows), session.incarnation, session.epoch)
+
+    def refresh_pin(self, pin: Pin) -> Pin:
+        """See :meth:`Store.refresh_pin`."""
+        with self._locked() as state:
+            session = state.sessions.get(pin.session_id)
+            _check_pin(pin.session_id, session, pin)
+            assert session is not None
+            return Pin(pin.session_id, len(session.rows), session.incarnation, session.epoch)
+
+    def list_sessions(self, *, limit: int | None = None) -> list[SessionInfo]:
+        """See :meth:`Store.list_sessions`."""
+        check_count(limit, "limit")
+        with self._locked() as state:
+            infos = [s.info(sid) for sid, s in state.sessions.items()]
+        infos.sort(key=lambda i: (-i.updated_at, i.id))
+        return infos if limit is None else infos[:limit]
+
+    # -- leases ------------------------------------------------------------------------
+
+    def acquire_lease(self, session_id: str, owner: str, *, ttl: float, holder: str) -> None:
+        """See :meth:`Store.acquire_lease`."""
+        validate_session_id(session_id)
+        with self._locked() as state:
+            now = time.time()
+            lease = state.leases.get(session_id)
+            if lease is not None and lease.owner != owner and lease.expires > now:
+                raise SessionOwnedError(session_id, lease.holder)
+            state.leases[session_id] = _Lease(owner, holder, now + ttl)
+
+    def renew_lease(self, session_id: str, owner: str, *, ttl: float) -> None:
+        """See :meth:`Store.renew_lease`."""
+        validate_session_id(session_id)
+        with self._locked() as state:
+            lease = state.leases.get(session_id)
+            if lease is None or lease.owner != owner:
+                raise OwnershipLostError(session_id)
+            lease.expires = time.time() + ttl
+
+    def renew_leases(self, owner: str, session_ids: Sequence[str], *, ttl: float) -> list[str]:
+        """See :meth:`Store.renew_leases`."""
+        lost: list[str] = []
+        with self._locked() as state:
+            expires = time.time() + ttl
+            for session_id in session_ids:
+                lease = state.leases.get(session_id)
+                if lease is None or lease.owner != owner:
+                    lost.append(session_id)
+                else:
+                    lease.expires = expires
+        return lost
+
+    def release_lease(self, session_id: str, owner: str) -> None:
+        """See :meth:`Store.release_lease`."""
+        validate_session_id(session_id)
+        with self._locked() as state:
+            lease = state.leases.get(session_id)
+            if lease is not None and lease.owner == owner:
+                del state.leases[session_id]
+
+    # -- handles -----------------------------------------------------------------------
+
+    def data_version(self) -> int:
+        """See :meth:`Store.data_version`: changes when another handle committed."""
+        with self._locked() as state:
+            if state.version != self._seen_version:
+                self._seen_version = state.version
+            return self._seen_version
+
+    def clone(self) -> MemoryStore:
+        """See :meth:`Store.clone`: a handle sharing this store's data."""
+        with self._locked() as state:
+            other = MemoryStore.__new__(MemoryStore)
+            other._state = state
+            other._closed = False
+            other._seen_version = state.version
+            return other
+
+    def close(self) -> None:
+        """See :meth:`Store.close`."""
+        with self._state.lock:
+            self._closed = True
+
+
+def _check_pin(session_id: str, session: _Session | None, pin: Pin) -> None:
+    if pin.session_id != session_id:
+        raise SnapshotExpiredError(session_id, pin.as_of_seq, "pin is for another session")
+    if session is None or session.incarnation != pin.incarnation:
+        raise SnapshotExpiredError(session_id, pin.as_of_seq, "the session was deleted")
+    for epoch, to_seq in session.cuts:
+        if epoch > pin.epoch and to_seq < pin.as_of_seq:
+            raise SnapshotExpiredError(
+                session_id, pin.as_of_seq, f"events after seq {to_seq} were truncated"
+            )
+
+
+_: type[Store] = MemoryStore

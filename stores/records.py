@@ -1,0 +1,248 @@
+"""The values a store holds and exchanges: events, session info, and their validation.
+
+Everything here is an immutable ``attrs`` value. Validation is strict and happens before
+any write: ``data`` must be *exactly* JSON, session ids must be sane text.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any, TypeAlias
+
+import attrs
+
+from .errors import InvalidArgumentError, InvalidEventError, InvalidSessionIdError
+
+__all__ = [
+    "JSON",
+    "MAX_ID_LENGTH",
+    "NewEvent",
+    "PreparedEvent",
+    "SessionInfo",
+    "StoredEvent",
+    "check_count",
+    "check_ops",
+    "check_seq",
+    "decode_json",
+    "encode_json",
+    "events_from_rows",
+    "prepare_events",
+    "validate_header",
+    "validate_session_id",
+]
+
+JSON: TypeAlias = bool | int | float | str | list["JSON"] | dict[str, "JSON"] | None
+
+#: The longest accepted session id (and event kind / run id), in characters.
+MAX_ID_LENGTH = 256
+
+_ENCODER = json.JSONEncoder(ensure_ascii=False, allow_nan=False, separators=(",", ":"))
+_DECODER = json.JSONDecoder()
+_CONTROL = re.compile("[\x00-\x1f\x7f-\x9f]")
+
+
+@attrs.frozen
+class NewEvent:
+    """An event to append: a ``kind`` tag, JSON ``data`` and an optional ``run_id``."""
+
+    kind: str
+    data: JSON = None
+    run_id: str | None = attrs.field(default=None, kw_only=True)
+
+
+@attrs.frozen
+class StoredEvent:
+    """An event as stored: ``seq`` is 1-based and gapless per session; ``ts`` is the commit
+    time in float seconds since the epoch, shared by all events of one append."""
+
+    session_id: str
+    seq: int
+    ts: float
+    kind: str
+    data: JSON
+    run_id: str | None = None
+
+
+@attrs.frozen
+class SessionInfo:
+    """What a store knows about one session. ``head`` 0 means empty; ``header`` is the JSON
+    object given at create (``{}`` if none); ``parent`` is ``(session_id, seq)`` for a fork."""
+
+    id: str
+    head: int
+    created_at: float
+    updated_at: float
+    header: dict[str, JSON] = attrs.field(factory=dict)
+    parent: tuple[str, int] | None = None
+
+
+@attrs.frozen
+class PreparedEvent:
+    """A validated event with its data already encoded as canonical JSON text.
+
+    Produced by :func:`prepare_events`; the batched write path takes these so validation
+    and encoding happen once, before any transaction starts.
+    """
+
+    kind: str
+    data_json: str
+    run_id: str | None = None
+
+
+def _check_text(value: object, what: str, index: int | None, kind: object) -> str:
+    if not isinstance(value, str):
+        raise InvalidEventError(index, kind, f"{what} must be a str, not {type(value).__name__}")
+    if not value:
+        raise InvalidEventError(index, kind, f"{what} must not be empty")
+    if len(value) > MAX_ID_LENGTH:
+        raise InvalidEventError(index, kind, f"{what} is longer than {MAX_ID_LENGTH} characters")
+    if _CONTROL.search(value):
+        raise InvalidEventError(index, kind, f"{what} contains control characters")
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        raise InvalidEventError(index, kind, f"{what} contains lone surrogates") from None
+    return value
+
+
+def validate_session_id(session_id: object) -> str:
+    """Return ``session_id`` if it is a valid id, else raise :class:`InvalidSessionIdError`.
+
+    Valid: a ``str`` (not a subclass with surprises: exact value is used), 1 to 256
+    characters, no control characters and no lone surrogates. Ids are data: any other
+    character (quotes, ``../``, ``;``) is fine and is never interpreted.
+    """
+    if type(session_id) is not str:
+        raise InvalidSessionIdError(session_id, f"must be a str, not {type(session_id).__name__}")
+    if not session_id:
+        raise InvalidSessionIdError(session_id, "must not be empty")
+    if len(session_id) > MAX_ID_LENGTH:
+        raise InvalidSessionIdError(session_id, f"longer than {MAX_ID_LENGTH} characters")
+    if _CONTROL.search(session_id):
+        raise InvalidSessionIdError(session_id, "contains control characters")
+    try:
+        session_id.encode("utf-8")
+    except UnicodeEncodeError:
+        raise InvalidSessionIdError(session_id, "contains lone surrogates") from None
+    return session_id
+
+
+def _exact_json_text(value: object, index: int | None, kind: object) -> str:
+    """Encode ``value`` as canonical JSON, refusing anything that is not exactly JSON.
+
+    The C encoder silently turns tuples into arrays and int/None/bool keys into strings;
+    decoding the text again and comparing catches both (a tuple never equals a list, an
+    int key never equals its string).
+    """
+    try:
+        text = _ENCODER.encode(value)
+    except (TypeError, ValueError) as exc:
+        raise InvalidEventError(index, kind, f"data is not JSON: {exc}") from None
+    except RecursionError:
+        raise InvalidEventError(index, kind, "data is nested too deeply") from None
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        raise InvalidEventError(index, kind, "data contains lone surrogates") from None
+    if not (value is None or isinstance(value, bool | str)):
+        try:
+            same = _DECODER.decode(text) == value
+        except RecursionError:
+            raise InvalidEventError(index, kind, "data is nested too deeply") from None
+        if not same:
+            raise InvalidEventError(
+                index, kind, "data is not exactly JSON (tuple, non-str dict key or a subclass)"
+            )
+    return text
+
+
+def encode_json(value: object) -> str:
+    """Encode one JSON value canonically; raise :class:`InvalidEventError` (index None)."""
+    return _exact_json_text(value, None, None)
+
+
+def decode_json(text: str) -> JSON:
+    """Decode text written by :func:`encode_json`."""
+    result: JSON = _DECODER.decode(text)
+    return result
+
+
+def prepare_events(events: Iterable[NewEvent]) -> list[PreparedEvent]:
+    """Validate and encode a batch of events.
+
+    Raises:
+        InvalidEventError: naming the first bad event's index and kind. The whole batch is
+            refused (callers write nothing).
+        InvalidArgumentError: ``events`` is not a sequence of :class:`NewEvent`.
+    """
+    if isinstance(events, NewEvent | str | bytes | Mapping) or not isinstance(events, Iterable):
+        raise InvalidArgumentError(
+            f"events must be a sequence of NewEvent, not {type(events).__name__}"
+        )
+    prepared: list[PreparedEvent] = []
+    for index, event in enumerate(events):
+        if not isinstance(event, NewEvent):
+            raise InvalidEventError(index, None, f"expected a NewEvent, not {type(event).__name__}")
+        kind = _check_text(event.kind, "kind", index, event.kind)
+        run_id = event.run_id
+        if run_id is not None:
+            _check_text(run_id, "run_id", index, kind)
+        prepared.append(PreparedEvent(kind, _exact_json_text(event.data, index, kind), run_id))
+    return prepared
+
+
+def validate_header(header: object) -> str:
+    """Validate a session header (``None`` or a JSON object) and return its JSON text."""
+    if header is None:
+        return "{}"
+    if not isinstance(header, dict):
+        raise InvalidArgumentError(f"header must be a dict or None, not {type(header).__name__}")
+    return _exact_json_text(header, None, "header")
+
+
+def check_seq(value: object, name: str, *, allow_none: bool = False) -> int | None:
+    """Check a sequence-number argument: a non-negative ``int`` (not bool)."""
+    if value is None and allow_none:
+        return None
+    if type(value) is not int:
+        raise InvalidArgumentError(f"{name} must be an int, not {type(value).__name__}")
+    if value < 0:
+        raise InvalidArgumentError(f"{name} must be >= 0, got {value}")
+    return value
+
+
+def check_count(value: object, name: str) -> int | None:
+    """Check an optional count (``limit``): ``None`` or a non-negative int."""
+    return check_seq(value, name, allow_none=True)
+
+
+def check_ops(ops: object) -> None:
+    """Check the argument of ``write_batch``: a sequence of write ops with valid fields."""
+    from .contract import AppendOp, DeleteOp, TruncateOp
+
+    if not isinstance(ops, Sequence) or isinstance(ops, str | bytes):
+        raise InvalidArgumentError(f"ops must be a sequence, not {type(ops).__name__}")
+    for op in ops:
+        if not isinstance(op, AppendOp | TruncateOp | DeleteOp):
+            raise InvalidArgumentError(
+                f"write_batch takes AppendOp, TruncateOp or DeleteOp, not {type(op).__name__}"
+            )
+        validate_session_id(op.session_id)
+        if isinstance(op, AppendOp):
+            check_seq(op.expected_head, "expected_head", allow_none=True)
+            for index, event in enumerate(op.events):
+                if not isinstance(event, PreparedEvent):
+                    raise InvalidEventError(index, None, "AppendOp.events must be PreparedEvent")
+        elif isinstance(op, TruncateOp):
+            check_seq(op.to_seq, "to_seq")
+
+
+def events_from_rows(session_id: str, rows: Sequence[Sequence[Any]]) -> list[StoredEvent]:
+    """Build :class:`StoredEvent` values from ``(seq, ts, kind, data_json, run_id)`` rows."""
+    decode = _DECODER.decode
+    return [
+        StoredEvent(session_id, seq, ts, kind, decode(data), run_id)
+        for seq, ts, kind, data, run_id in rows
+    ]

@@ -1,0 +1,508 @@
+"""SqliteStore: the embedded backend, SQLite in WAL mode through apsw.
+
+One apsw connection per instance, guarded by a lock. Every write is one ``BEGIN IMMEDIATE``
+transaction (it waits up to ``busy_timeout_ms`` for the write lock instead of failing with
+``BUSY_SNAPSHOT``); reads are single statements or short deferred transactions, never left
+open. The commit point of every write is its ``COMMIT``; with ``synchronous="normal"`` the
+WAL is fsynced at checkpoints and by :meth:`SqliteStore.sync` (a ``synchronous=FULL``
+commit), with ``"full"`` at every commit. See ``docs/durability.md``.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from typing import Any
+
+import apsw
+
+from .contract import AppendOp, BatchResult, Pin, Store, TruncateOp, WriteOp
+from .errors import (
+    ClosedError,
+    ConflictError,
+    InvalidArgumentError,
+    OwnershipLostError,
+    SessionExistsError,
+    SessionOwnedError,
+    SnapshotExpiredError,
+    TidelogError,
+)
+from .records import (
+    JSON,
+    NewEvent,
+    SessionInfo,
+    StoredEvent,
+    check_count,
+    check_ops,
+    check_seq,
+    decode_json,
+    events_from_rows,
+    prepare_events,
+    validate_header,
+    validate_session_id,
+)
+from .sqlite_schema import Synchronous, check_integrity, map_errors, open_connection
+
+__all__ = ["SqliteStore"]
+
+_INFO_COLUMNS = "id, head, created_at, updated_at, header, parent_id, parent_seq"
+
+
+def _one(conn: apsw.Connection, sql: str, args: tuple[Any, ...] = ()) -> tuple[Any, ...]:
+    """Run a query that always yields exactly one row and return it."""
+    row = conn.execute(sql, args).fetchone()
+    assert row is not None, sql
+    return tuple(row)
+
+
+def _info(row: Sequence[Any]) -> SessionInfo:
+    session_id, head, created_at, updated_at, header_json, parent_id, parent_seq = row
+    header = decode_json(header_json)
+    assert isinstance(header, dict)
+    parent = None if parent_id is None else (parent_id, parent_seq)
+    return SessionInfo(session_id, head, created_at, updated_at, header, parent)
+
+
+class SqliteStore:
+    """A :class:`~stores.contract.Store` in one SQLite file (WAL, apsw).
+
+    Args:
+        path: the database file; created (mode 0644 before umask) if missing.
+        synchronous: ``"normal"`` (commits are atomic and survive a process crash; fsync at
+            checkpoints and :meth:`sync`) or ``"full"`` (fsync at every commit).
+        busy_timeout_ms: how long a write waits for another connection's lock before
+            raising :class:`~stores.errors.StoreBusyError`.
+        integrity_check_on_open: run ``PRAGMA integrity_check`` at open and refuse a
+            damaged file with :class:`~stores.errors.StoreCorruptError`.
+
+    Raises (at open): :class:`~stores.errors.UnsupportedFormatError` for a foreign or newer
+    file (left untouched), :class:`~stores.errors.StoreCorruptError`,
+    :class:`~stores.errors.StoreIOError`, :class:`~stores.errors.InvalidArgumentError`.
+    """
+
+    durable = True
+    blocking = True
+
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        *,
+        synchronous: Synchronous = "normal",
+        busy_timeout_ms: int = 5000,
+        integrity_check_on_open: bool = False,
+    ) -> None:
+        if not isinstance(path, str | os.PathLike):
+            raise InvalidArgumentError(f"path must be a str or PathLike, not {type(path).__name__}")
+        self.path = os.fspath(path)
+        if not self.path or self.path == ":memory:" or self.path.startswith("file:"):
+            raise InvalidArgumentError(
+                f"path must name a file (use MemoryStore for in-memory data), not {self.path!r}"
+            )
+        self.synchronous: Synchronous = synchronous
+        self.busy_timeout_ms = busy_timeout_ms
+        self._lock = threading.RLock()
+        self._conn: apsw.Connection | None = open_connection(
+            self.path,
+            synchronous=synchronous,
+            busy_timeout_ms=busy_timeout_ms,
+            integrity_check=integrity_check_on_open,
+        )
+        self._unsynced = False
+
+    # -- plumbing ----------------------------------------------------------------------
+
+    @contextmanager
+    def _connection(self, what: str) -> Iterator[apsw.Connection]:
+        """Lock the connection and translate driver errors for one operation."""
+        with self._lock:
+            conn = self._conn
+            if conn is None:
+                raise ClosedError(f"{what}: this SqliteStore was closed")
+            with map_errors(what):
+                yield conn
+
+    @contextmanager
+    def _write(self, what: str, *, sync: bool = False) -> Iterator[apsw.Connection]:
+        """One ``BEGIN IMMEDIATE`` transaction; rolled back whole on any exception."""
+        with self._connection(what) as conn:
+            full = sync and self.synchronous == "normal"
+            if full:
+                conn.execute("PRAGMA synchronous=FULL")
+            try:
+                conn.execute("BEGIN IMMEDIATE")
+                try:
+                    yield conn
+                    conn.execute("COMMIT")
+                except BaseException:
+                    if not conn.get_autocommit():
+                        conn.execute("ROLLBACK")
+                    raise
+                if full or self.synchronous == "full":
+                    self._unsynced = False
+                else:
+                    self._unsynced = True
+            finally:
+                if full:
+                    conn.execute("PRAGMA synchronous=NORMAL")
+
+    # -- writes ------------------------------------------------------------------------
+
+    def create(
+        self, session_id: str, header: dict[str, JSON] | None = None, *, exist_ok: bool = False
+    ) -> SessionInfo:
+        """See :meth:`Store.create`."""
+        validate_session_id(session_id)
+        header_json = validate_header(header)
+        with self._write("create") as conn:
+            row = conn.execute(
+                f"SELECT {_INFO_COLUMNS} FROM sessions WHERE id=?", (session_id,)
+            ).fetchone()
+            if row is not None:
+                if exist_ok:
+                    return _info(row)
+                raise SessionExistsError(session_id)
+            now = time.time()
+            conn.execute(
+                "INSERT INTO sessions(id, created_at, updated_at, header) VALUES (?,?,?,?)",
+                (session_id, now, now, header_json),
+            )
+            return SessionInfo(session_id, 0, now, now, decode_json(header_json))  # type: ignore[arg-type]
+
+    def append(
+        self, session_id: str, events: Sequence[NewEvent], *, expected_head: int | None = None
+    ) -> int:
+        """See :meth:`Store.append`."""
+        validate_session_id(session_id)
+        check_seq(expected_head, "expected_head", allow_none=True)
+        prepared = tuple(prepare_events(events))
+        [result] = self.write_batch([AppendOp(session_id, prepared, expected_head)])
+        if isinstance(result, TidelogError):
+            raise result
+        return result
+
+    def write_batch(self, ops: Sequence[WriteOp], *, sync: bool = False) -> list[BatchResult]:
+        """See :meth:`Store.write_batch`: one transaction, a savepoint per op."""
+        check_ops(ops)
+        writes = any(not isinstance(op, AppendOp) or op.events for op in ops)
+        if not writes and not (sync and self._needs_sync()):
+            # Nothing to write and nothing to make durable: checks only, no transaction.
+            with self._connection("write_batch") as conn:
+                return [self._check_op(conn, op) for op in ops]  # type: ignore[arg-type]
+        results: list[BatchResult] = []
+        failed: dict[str, TidelogError] = {}
+        with self._write("write_batch", sync=sync) as conn:
+            now = time.time()
+            for op in ops:
+                if op.session_id in failed:
+                    results.append(failed[op.session_id])
+                    continue
+                conn.execute("SAVEPOINT op")
+                try:
+                    results.append(self._apply_op(conn, op, now))
+                except TidelogError as exc:
+                    conn.execute("ROLLBACK TO op")
+                    failed[op.session_id] = exc
+                    results.append(exc)
+                finally:
+                    conn.execute("RELEASE op")
+            if not writes:
+                conn.execute("UPDATE meta SET value=value+1 WHERE key='sync_epoch'")
+        return results
+
+    def _apply_op(self, conn: apsw.Connection, op: WriteOp, now: float) -> int:
+        if isinstance(op, AppendOp):
+            return self._apply(conn, op, now)
+        self._check_owner(conn, op.session_id, op.owner)
+        if isinstance(op, TruncateOp):
+            return self._truncate(conn, op.session_id, op.to_seq, now)
+        return int(self._delete(conn, op.session_id))
+
+    def _needs_sync(self) -> bool:
+        return self._unsynced and self.synchronous == "normal"
+
+    def _check_op(self, conn: apsw.Connection, op: AppendOp) -> BatchResult:
+        try:
+            row = conn.execute("SELECT head FROM sessions WHERE id=?", (op.session_id,)).fetchone()
+            head = 0 if row is None else int(row[0])
+            self._check_owner(conn, op.session_id, op.owner)
+            if op.expected_head is not None and op.expected_head != head:
+                raise ConflictError(op.session_id, op.expected_head, head)
+            return head
+        except TidelogError as exc:
+            return exc
+
+    @staticmethod
+    def _check_owner(conn: apsw.Connection, session_id: str, owner: str | None) -> None:
+        if owner is not None:
+            row = conn.execute("SELECT owner FROM leases WHERE id=?", (session_id,)).fetchone()
+            if row is None or row[0] != owner:
+                raise OwnershipLostError(session_id)
+
+    def _apply(self, conn: apsw.Connection, op: AppendOp, now: float) -> int:
+        row = conn.execute("SELECT sid, head FROM sessions WHERE id=?", (op.session_id,)).fetchone()
+        head = 0 if row is None else int(row[1])
+        self._check_owner(conn, op.session_id, op.owner)
+        if op.expected_head is not None and op.expected_head != head:
+            raise ConflictError(op.session_id, op.expected_head, head)
+        if not op.events:
+            return head
+        if row is None:
+            conn.execute(
+                "INSERT INTO sessions(id, created_at, updated_at, header) VALUES (?,?,?,?)",
+                (op.session_id, now, now, op.header_json),
+            )
+            sid = conn.last_insert_rowid()
+        else:
+            sid = row[0]
+        conn.executemany(
+            "INSERT INTO events(sid, seq, ts, kind, data, run_id) VALUES (?,?,?,?,?,?)",
+            [
+                (sid, head + i, now, ev.kind, ev.data_json, ev.run_id)
+                for i, ev in enumerate(op.events, start=1)
+            ],
+        )
+        new_head = head + len(op.events)
+        conn.execute("UPDATE sessions SET head=?, updated_at=? WHERE sid=?", (new_head, now, sid))
+        return new_head
+
+    def sync(self) -> None:
+        """See :meth:`Store.sync`."""
+        self.write_batch([], sync=True)
+
+    def delete(self, session_id: str) -> bool:
+        """See :meth:`Store.delete`."""
+        validate_session_id(session_id)
+        with self._write("delete") as conn:
+            return self._delete(conn, session_id)
+
+    @staticmethod
+    def _delete(conn: apsw.Connection, session_id: str) -> bool:
+        conn.execute("DELETE FROM leases WHERE id=?", (session_id,))
+        row = conn.execute("SELECT sid FROM sessions WHERE id=?", (session_id,)).fetchone()
+        if row is None:
+            return False
+        sid = row[0]
+        conn.execute("DELETE FROM events WHERE sid=?", (sid,))
+        conn.execute("DELETE FROM cuts WHERE sid=?", (sid,))
+        conn.execute("DELETE FROM sessions WHERE sid=?", (sid,))
+        return True
+
+    def truncate(self, session_id: str, to_seq: int) -> int:
+        """See :meth:`Store.truncate`."""
+        validate_session_id(session_id)
+        check_seq(to_seq, "to_seq")
+        with self._write("truncate") as conn:
+            return self._truncate(conn, session_id, to_seq, time.time())
+
+    @staticmethod
+    def _truncate(conn: apsw.Connection, session_id: str, to_seq: int, now: float) -> int:
+        row = conn.execute(
+            "SELECT sid, head, epoch FROM sessions WHERE id=?", (session_id,)
+        ).fetchone()
+        if row is None or to_seq >= row[1]:
+            return 0
+        sid, head, epoch = row
+        conn.execute("DELETE FROM events WHERE sid=? AND seq>?", (sid, to_seq))
+        conn.execute(
+            "UPDATE sessions SET head=?, epoch=?, updated_at=? WHERE sid=?",
+            (to_seq, epoch + 1, now, sid),
+        )
+        conn.execute(
+            "INSERT INTO cuts(sid, epoch, to_seq) VALUES (?,?,?)", (sid, epoch + 1, to_seq)
+        )
+        return int(head - to_seq)
+
+    # -- reads -------------------------------------------------------------------------
+
+    def read(
+        self,
+        session_id: str,
+        *,
+        since_seq: int = 0,
+        until_seq: int | None = None,
+        limit: int | None = None,
+        pin: Pin | None = None,
+    ) -> list[StoredEvent]:
+        """See :meth:`Store.read`."""
+        validate_session_id(session_id)
+        check_seq(since_seq, "since_seq")
+        check_seq(until_seq, "until_seq", allow_none=True)
+        check_count(limit, "limit")
+        if pin is not None:
+            until_seq = pin.as_of_seq if until_seq is None else min(until_seq, pin.as_of_seq)
+        sql = (
+            "SELECT seq, ts, kind, data, run_id FROM events "
+            "WHERE sid=(SELECT sid FROM sessions WHERE id=?) AND seq>? AND seq<=? "
+            "ORDER BY seq LIMIT ?"
+        )
+        args = (
+            session_id,
+            since_seq,
+            (1 << 62) if until_seq is None else until_seq,
+            -1 if limit is None else limit,
+        )
+        with self._connection("read") as conn:
+            if pin is None:
+                rows = conn.execute(sql, args).fetchall()
+            else:
+                conn.execute("BEGIN")
+                try:
+                    self._check_pin(conn, session_id, pin)
+                    rows = conn.execute(sql, args).fetchall()
+                finally:
+                    conn.execute("COMMIT")
+        return events_from_rows(session_id, rows)
+
+    @staticmethod
+    def _check_pin(conn: apsw.Connection, session_id: str, pin: Pin) -> None:
+        if pin.session_id != session_id:
+            raise SnapshotExpiredError(session_id, pin.as_of_seq, "pin is for another session")
+        row = conn.execute("SELECT sid FROM sessions WHERE id=?", (session_id,)).fetchone()
+        if row is None or row[0] != pin.incarnation:
+            raise SnapshotExpiredError(session_id, pin.as_of_seq, "the session was deleted")
+        cut = _one(
+            conn,
+            "SELECT min(to_seq) FROM cuts WHERE sid=? AND epoch>?",
+            (pin.incarnation, pin.epoch),
+        )[0]
+        if cut is not None and cut < pin.as_of_seq:
+            raise SnapshotExpiredError(
+                session_id, pin.as_of_seq, f"events after seq {cut} were truncated"
+            )
+
+    def head(self, session_id: str) -> int:
+        """See :meth:`Store.head`."""
+        validate_session_id(session_id)
+        with self._connection("head") as conn:
+            row = conn.execute("SELECT head FROM sessions WHERE id=?", (session_id,)).fetchone()
+        return 0 if row is None else int(row[0])
+
+    def stat(self, session_id: str) -> SessionInfo | None:
+        """See :meth:`Store.stat`."""
+        validate_session_id(session_id)
+        with self._connection("stat") as conn:
+            row = conn.execute(
+                f"SELECT {_INFO_COLUMNS} FROM sessions WHERE id=?", (session_id,)
+            ).fetchone()
+        return None if row is None else _info(row)
+
+    def pin(self, session_id: str) -> Pin | None:
+        """See :meth:`Store.pin`."""
+        validate_session_id(session_id)
+        with self._connection("pin") as conn:
+            row = conn.execute(
+                "SELECT sid, head, epoch FROM sessions WHERE id=?", (session_id,)
+            ).fetchone()
+        return None if row is None else Pin(session_id, row[1], row[0], row[2])
+
+    def refresh_pin(self, pin: Pin) -> Pin:
+        """See :meth:`Store.refresh_pin`."""
+        with self._connection("refresh_pin") as conn:
+            conn.execute("BEGIN")
+            try:
+                self._check_pin(conn, pin.session_id, pin)
+                head, epoch = _one(
+                    conn, "SELECT head, epoch FROM sessions WHERE sid=?", (pin.incarnation,)
+                )
+            finally:
+                conn.execute("COMMIT")
+        return Pin(pin.session_id, head, pin.incarnation, epoch)
+
+    def list_sessions(self, *, limit: int | None = None) -> list[SessionInfo]:
+        """See :meth:`Store.list_sessions`."""
+        check_count(limit, "limit")
+        with self._connection("list_sessions") as conn:
+            rows = conn.execute(
+                f"SELECT {_INFO_COLUMNS} FROM sessions ORDER BY updated_at DESC, id LIMIT ?",
+                (-1 if limit is None else limit,),
+            ).fetchall()
+        return [_info(r) for r in rows]
+
+    # -- leases ------------------------------------------------------------------------
+
+    def acquire_lease(self, session_id: str, owner: str, *, ttl: float, holder: str) -> None:
+        """See :meth:`Store.acquire_lease`."""
+        validate_session_id(session_id)
+        with self._write("acquire_lease") as conn:
+            now = time.time()
+            row = conn.execute(
+                "SELECT owner, holder, expires FROM leases WHERE id=?", (session_id,)
+            ).fetchone()
+            if row is not None and row[0] != owner and row[2] > now:
+                raise SessionOwnedError(session_id, row[1])
+            conn.execute(
+                "INSERT OR REPLACE INTO leases(id, owner, holder, expires) VALUES (?,?,?,?)",
+                (session_id, owner, holder, now + ttl),
+            )
+
+    def renew_lease(self, session_id: str, owner: str, *, ttl: float) -> None:
+        """See :meth:`Store.renew_lease`."""
+        validate_session_id(session_id)
+        with self._write("renew_lease") as conn:
+            conn.execute(
+                "UPDATE leases SET expires=? WHERE id=? AND owner=?",
+                (time.time() + ttl, session_id, owner),
+            )
+            if conn.changes() == 0:
+                raise OwnershipLostError(session_id)
+
+    def renew_leases(self, owner: str, session_ids: Sequence[str], *, ttl: float) -> list[str]:
+        """See :meth:`Store.renew_leases`."""
+        ids = [validate_session_id(i) for i in session_ids]
+        if not ids:
+            return []
+        lost: list[str] = []
+        with self._write("renew_leases") as conn:
+            expires = time.time() + ttl
+            for session_id in ids:
+                conn.execute(
+                    "UPDATE leases SET expires=? WHERE id=? AND owner=?",
+                    (expires, session_id, owner),
+                )
+                if conn.changes() == 0:
+                    lost.append(session_id)
+        return lost
+
+    def release_lease(self, session_id: str, owner: str) -> None:
+        """See :meth:`Store.release_lease`."""
+        validate_session_id(session_id)
+        with self._write("release_lease") as conn:
+            conn.execute("DELETE FROM leases WHERE id=? AND owner=?", (session_id, owner))
+
+    # -- maintenance, handles ----------------------------------------------------------
+
+    def check_integrity(self) -> tuple[bool, str]:
+        """Run ``PRAGMA integrity_check``: ``(True, "ok")`` or ``(False, what is wrong)``."""
+        with self._connection("check_integrity") as conn:
+            try:
+                return check_integrity(conn)
+            except (apsw.CorruptError, apsw.NotADBError) as exc:
+                # Damage that stops the check itself is a finding, not a failure to check.
+                return False, f"{type(exc).__name__}: {exc}"
+
+    def data_version(self) -> int:
+        """``PRAGMA data_version``: changes when another connection or process commits."""
+        with self._connection("data_version") as conn:
+            return int(_one(conn, "PRAGMA data_version")[0])
+
+    def clone(self) -> SqliteStore:
+        """Another connection to the same file with the same settings."""
+        with self._connection("clone"):
+            pass
+        return SqliteStore(
+            self.path, synchronous=self.synchronous, busy_timeout_ms=self.busy_timeout_ms
+        )
+
+    def close(self) -> None:
+        """Close the connection. Idempotent; later calls raise :class:`ClosedError`."""
+        with self._lock:
+            conn, self._conn = self._conn, None
+        if conn is not None:
+            with map_errors("close"):
+                conn.close()
+
+
+_: type[Store] = SqliteStore

@@ -1,0 +1,237 @@
+"""The SQLite file format of tidelog: schema, markers, migrations and connection setup.
+
+Every connection tidelog opens goes through :func:`open_connection`, the one place where
+pragmas are set and the file's identity is checked. Nothing here is called on a trio thread.
+
+The file is marked with ``PRAGMA application_id`` (:data:`APPLICATION_ID`) and
+``PRAGMA user_version`` (:data:`SCHEMA_VERSION`). A file with another application id, or an
+unmarked file that already has tables, is foreign and refused untouched; a file from a newer
+tidelog is refused untouched; an older one is migrated step by step in one transaction.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Literal
+
+import apsw
+
+from .errors import (
+    ClosedError,
+    InvalidArgumentError,
+    StoreBusyError,
+    StoreCorruptError,
+    StoreError,
+    StoreIOError,
+    TidelogError,
+    UnsupportedFormatError,
+)
+
+__all__ = [
+    "APPLICATION_ID",
+    "MIGRATIONS",
+    "SCHEMA_VERSION",
+    "Synchronous",
+    "map_errors",
+    "open_connection",
+]
+
+#: ``PRAGMA application_id`` of every tidelog database: the bytes "tdlg".
+APPLICATION_ID = 0x74646C67
+#: The schema version this code writes (``PRAGMA user_version``).
+SCHEMA_VERSION = 1
+
+Synchronous = Literal["normal", "full"]
+
+_SCHEMA = """
+CREATE TABLE sessions(
+    sid INTEGER PRIMARY KEY AUTOINCREMENT,
+    id TEXT NOT NULL UNIQUE,
+    head INTEGER NOT NULL DEFAULT 0,
+    created_at REAL NOT NULL,
+    updated_at REAL NOT NULL,
+    header TEXT NOT NULL DEFAULT '{}',
+    parent_id TEXT,
+    parent_seq INTEGER,
+    epoch INTEGER NOT NULL DEFAULT 0
+);
+CREATE INDEX sessions_by_update ON sessions(updated_at DESC, id);
+CREATE TABLE events(
+    sid INTEGER NOT NULL,
+    seq INTEGER NOT NULL,
+    ts REAL NOT NULL,
+    kind TEXT NOT NULL,
+    data TEXT NOT NULL,
+    run_id TEXT,
+    PRIMARY KEY(sid, seq)
+) WITHOUT ROWID;
+CREATE TABLE cuts(
+    sid INTEGER NOT NULL,
+    epoch INTEGER NOT NULL,
+    to_seq INTEGER NOT NULL,
+    PRIMARY KEY(sid, epoch)
+) WITHOUT ROWID;
+CREATE TABLE leases(
+    id TEXT PRIMARY KEY,
+    owner TEXT NOT NULL,
+    holder TEXT NOT NULL,
+    expires REAL NOT NULL
+) WITHOUT ROWID;
+CREATE TABLE meta(key TEXT PRIMARY KEY, value) WITHOUT ROWID;
+INSERT INTO meta(key, value) VALUES ('sync_epoch', 0);
+"""
+
+#: Migration steps: ``MIGRATIONS[v]`` upgrades a version-``v`` file to ``v + 1``. Version 0
+#: is a new, empty file. All pending steps run in one ``BEGIN IMMEDIATE`` transaction.
+def _create_schema(conn: apsw.Connection) -> None:
+    conn.execute(_SCHEMA)
+
+
+MIGRATIONS: dict[int, Callable[[apsw.Connection], None]] = {0: _create_schema}
+
+
+@contextmanager
+def map_errors(what: str) -> Iterator[None]:
+    """Translate apsw exceptions raised inside the block into tidelog errors.
+
+    ``what`` names the operation for the message. The apsw exception is kept as
+    ``__cause__``; no driver exception leaves this block.
+    """
+    try:
+        yield
+    except (apsw.BusyError, apsw.LockedError) as exc:
+        raise StoreBusyError(f"{what}: the database stayed locked ({exc})") from exc
+    except (apsw.CorruptError, apsw.NotADBError) as exc:
+        raise StoreCorruptError(f"{what}: the database file is corrupt ({exc})") from exc
+    except (
+        apsw.IOError,
+        apsw.FullError,
+        apsw.CantOpenError,
+        apsw.PermissionsError,
+        apsw.ReadOnlyError,
+    ) as exc:
+        raise StoreIOError(f"{what}: I/O failure ({exc})") from exc
+    except (apsw.ConnectionClosedError, apsw.CursorClosedError) as exc:
+        raise ClosedError(f"{what}: the connection is closed") from exc
+    except apsw.Error as exc:
+        raise StoreError(f"{what}: {type(exc).__name__}: {exc}") from exc
+
+
+def _scalar(conn: apsw.Connection, sql: str) -> object:
+    row = conn.execute(sql).fetchone()
+    return None if row is None else row[0]
+
+
+def _check_identity(conn: apsw.Connection) -> int:
+    """Return the file's schema version, or raise if it is not ours (reads only)."""
+    app_id = _scalar(conn, "PRAGMA application_id")
+    version = _scalar(conn, "PRAGMA user_version")
+    assert isinstance(app_id, int) and isinstance(version, int)
+    if app_id == 0:
+        tables = _scalar(conn, "SELECT count(*) FROM sqlite_schema")
+        if version != 0 or tables != 0:
+            raise UnsupportedFormatError(
+                "not a tidelog database: a SQLite file of another application "
+                f"(application_id 0, {tables} schema objects)"
+            )
+        return 0
+    if app_id != APPLICATION_ID:
+        raise UnsupportedFormatError(
+            f"not a tidelog database: application_id {app_id:#x}, expected {APPLICATION_ID:#x}"
+        )
+    if version > SCHEMA_VERSION:
+        raise UnsupportedFormatError(
+            f"database schema version {version} is newer than this tidelog "
+            f"(knows up to {SCHEMA_VERSION}); upgrade tidelog"
+        )
+    return version
+
+
+def _migrate(conn: apsw.Connection) -> None:
+    """Bring the file to :data:`SCHEMA_VERSION` in one transaction (re-checked inside)."""
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        version = _check_identity(conn)
+        while version < SCHEMA_VERSION:
+            try:
+                MIGRATIONS[version](conn)
+            except (apsw.Error, TidelogError):
+                raise  # apsw errors are translated by the caller's map_errors
+            except Exception as exc:
+                raise StoreError(
+                    f"migration of schema version {version} to {version + 1} failed: {exc!r}"
+                ) from exc
+            version += 1
+        conn.execute(f"PRAGMA application_id={APPLICATION_ID}")
+        conn.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
+        conn.execute("COMMIT")
+    except BaseException:
+        if not conn.get_autocommit():
+            conn.execute("ROLLBACK")
+        raise
+
+
+def _create_file(path: str) -> None:
+    """Create the database file owner-writable only (no group/world write)."""
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o644)
+    except FileExistsError:
+        return
+    except OSError as exc:
+        raise StoreIOError(f"cannot create database file {path!r}: {exc}") from exc
+    os.close(fd)
+
+
+def open_connection(
+    path: str,
+    *,
+    synchronous: Synchronous,
+    busy_timeout_ms: int,
+    integrity_check: bool = False,
+) -> apsw.Connection:
+    """Open, identify, migrate and configure one connection. The single place for setup.
+
+    Raises:
+        UnsupportedFormatError: foreign or newer file (left untouched).
+        StoreCorruptError: not a database, or ``integrity_check`` found damage.
+        StoreIOError: the file cannot be created or opened.
+        StoreBusyError: another process held the lock past ``busy_timeout_ms`` (setup).
+    """
+    if synchronous not in ("normal", "full"):
+        raise InvalidArgumentError(f"synchronous must be 'normal' or 'full', not {synchronous!r}")
+    if type(busy_timeout_ms) is not int or busy_timeout_ms < 0:
+        raise InvalidArgumentError(f"busy_timeout_ms must be an int >= 0, not {busy_timeout_ms!r}")
+    _create_file(path)
+    with map_errors(f"open {path!r}"):
+        conn = apsw.Connection(path, flags=apsw.SQLITE_OPEN_READWRITE | apsw.SQLITE_OPEN_NOFOLLOW)
+    try:
+        with map_errors(f"open {path!r}"):
+            conn.set_busy_timeout(busy_timeout_ms)
+            version = _check_identity(conn)
+            if version < SCHEMA_VERSION:
+                mode = _scalar(conn, "PRAGMA journal_mode=WAL")
+                if mode != "wal":
+                    raise StoreIOError(f"open {path!r}: cannot enable WAL (journal_mode {mode})")
+                _migrate(conn)
+            else:
+                mode = _scalar(conn, "PRAGMA journal_mode")
+                if mode != "wal":
+                    _scalar(conn, "PRAGMA journal_mode=WAL")
+            conn.execute(f"PRAGMA synchronous={synchronous.upper()}")
+            if integrity_check:
+                ok, detail = check_integrity(conn)
+                if not ok:
+                    raise StoreCorruptError(f"open {path!r}: integrity check failed: {detail}")
+    except BaseException:
+        conn.close()
+        raise
+    return conn
+
+
+def check_integrity(conn: apsw.Connection) -> tuple[bool, str]:
+    """Run ``PRAGMA integrity_check``; return ``(ok, detail)``."""
+    rows = [str(r[0]) for r in conn.execute("PRAGMA integrity_check")]
+    ok = rows == ["ok"]
+    return ok, "\n".join(rows)

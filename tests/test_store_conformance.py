@@ -1,0 +1,26 @@
+"""Run the shared Store conformance suite against the built-in backends."""
+
+from __future__ import annotations
+
+import pathlib
+
+from stores import MemoryStore, SqliteStore, Store
+from stores.conformance import DurableStoreConformance, StoreConformance
+
+
+class TestMemoryStore(StoreConformance):
+    """The in-memory backend (not durable: no reopen cases)."""
+
+    def make_store(self, tmp_path: pathlib.Path) -> Store:
+        return MemoryStore()
+
+
+class TestSqliteStore(DurableStoreConformance):
+    """The SQLite (apsw) backend, including the durability cases."""
+
+    def make_store(self, tmp_path: pathlib.Path) -> Store:
+        return SqliteStore(tmp_path / "store.db")
+
+    def reopen_store(self, store: Store, tmp_path: pathlib.Path) -> Store | None:
+        store.close()
+        return SqliteStore(tmp_path / "store.db")
