@@ -1,0 +1,65 @@
+"""tidelog's public runtime: open_runtime(), session handles, snapshots and tails."""
+
+from stores import (
+    JSON,
+    ClosedError,
+    ConflictError,
+    InvalidArgumentError,
+    InvalidEventError,
+    InvalidSessionIdError,
+    MemoryStore,
+    NewEvent,
+    OwnershipLostError,
+    SessionExistsError,
+    SessionInfo,
+    SessionNotFoundError,
+    SessionOwnedError,
+    SnapshotExpiredError,
+    SqliteStore,
+    Store,
+    StoreBusyError,
+    StoreCorruptError,
+    StoredEvent,
+    StoreError,
+    StoreIOError,
+    TidelogError,
+    UnsupportedFormatError,
+)
+
+from .handles import SessionReader, SessionWriter
+from .runtime import Runtime, RuntimeStatistics, open_runtime
+from .snapshot import Snapshot
+from .tail import Tail
+
+__all__ = [
+    "JSON",
+    "ClosedError",
+    "ConflictError",
+    "InvalidArgumentError",
+    "InvalidEventError",
+    "InvalidSessionIdError",
+    "MemoryStore",
+    "NewEvent",
+    "OwnershipLostError",
+    "Runtime",
+    "RuntimeStatistics",
+    "SessionExistsError",
+    "SessionInfo",
+    "SessionNotFoundError",
+    "SessionOwnedError",
+    "SessionReader",
+    "SessionWriter",
+    "Snapshot",
+    "SnapshotExpiredError",
+    "SqliteStore",
+    "Store",
+    "StoreBusyError",
+    "StoreCorruptError",
+    "StoreError",
+    "StoreIOError",
+    "StoredEvent",
+    "Tail",
+    "TidelogError",
+    "UnsupportedFormatError",
+    "open_runtime",
+]

@@ -24,7 +24,16 @@ from .errors import (
     UnsupportedFormatError,
 )
 from .memory import MemoryStore
-from .records import JSON, NewEvent, PreparedEvent, SessionInfo, StoredEvent, prepare_events
+from .records import (
+    JSON,
+    NewEvent,
+    PreparedEvent,
+    SessionInfo,
+    StoredEvent,
+    check_seq,
+    prepare_events,
+    validate_session_id,
+)
 from .sqlite import SqliteStore
 
 __all__ = [
@@ -59,5 +68,7 @@ __all__ = [
     "TruncateOp",
     "UnsupportedFormatError",
     "WriteOp",
+    "check_seq",
     "prepare_events",
+    "validate_session_id",
 ]

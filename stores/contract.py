@@ -124,14 +124,16 @@ class Store(Protocol):
         op for a session failed, that session's later ops in the same batch are not applied
         and report the same error, so one session's writes never apply out of order. With
         ``sync=True`` the commit is also made durable against power loss (one fsync
-        barrier that covers every earlier commit too), even if ``ops`` is empty.
+        barrier that covers every earlier commit of this handle too), even if ``ops`` is
+        empty.
 
         Raises a :class:`StoreError` only if the transaction as a whole failed; then none
         of the ops was written."""
         ...
 
     def sync(self) -> None:
-        """Make every commit so far durable at the strongest level (one fsync barrier)."""
+        """Make every commit made so far through this handle durable against power loss
+        (one fsync barrier; nothing to do if they already are)."""
         ...
 
     def read(

@@ -26,6 +26,7 @@ __all__ = [
     "check_ops",
     "check_seq",
     "decode_json",
+    "decode_json_object",
     "encode_json",
     "events_from_rows",
     "prepare_events",
@@ -167,6 +168,14 @@ def decode_json(text: str) -> JSON:
     """Decode text written by :func:`encode_json`."""
     result: JSON = _DECODER.decode(text)
     return result
+
+
+def decode_json_object(text: str) -> dict[str, JSON]:
+    """Decode JSON text that holds an object (a session header)."""
+    value = _DECODER.decode(text)
+    if not isinstance(value, dict):
+        raise InvalidArgumentError(f"expected a JSON object, got {type(value).__name__}")
+    return value
 
 
 def prepare_events(events: Iterable[NewEvent]) -> list[PreparedEvent]:

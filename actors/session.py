@@ -1,0 +1,272 @@
+"""SessionActor: the single owner of one session's write side in this process.
+
+The actor holds the session's lease, assigns sequence numbers, keeps the queue of accepted
+but not yet committed writes in order, and answers "is my write committed / durable yet?".
+Commits themselves are done by the store-wide :class:`~actors.writer.GroupCommitWriter`,
+which takes one op per actor per batch, so the actor's writes are serialised and applied in
+order while many actors share one transaction.
+
+All methods run on the trio thread; state changes are plain attribute updates between
+checkpoints, so the actor needs no lock.
+
+Failure model:
+
+* A transient store failure (busy, I/O, disk full) leaves the queue intact; the writer
+  retries it with backoff. Every waiter whose write was not committed gets the error; if no
+  waiter saw it, the next ``append``/``flush`` raises it once. When the store recovers each
+  queued event lands exactly once (ops carry ``expected_head``; an op that landed although
+  its commit reported an error is recognised by the head it left).
+* A lost lease, a foreign write under our feet, or the session being deleted is *fatal*:
+  the queue is dropped (fenced writes are never written) and every later call raises.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections import deque
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+import attrs
+import trio
+
+from stores import (
+    AppendOp,
+    BatchResult,
+    ClosedError,
+    ConflictError,
+    DeleteOp,
+    OwnershipLostError,
+    PreparedEvent,
+    TidelogError,
+    TruncateOp,
+    WriteOp,
+)
+
+if TYPE_CHECKING:
+    from .writer import GroupCommitWriter
+
+__all__ = ["ActorState", "PendingWrite", "SessionActor"]
+
+_BACKOFF_MIN = 0.05
+_BACKOFF_MAX = 2.0
+
+
+class ActorState(enum.Enum):
+    STARTING = "starting"
+    RUNNING = "running"
+    DRAINING = "draining"
+    STOPPED = "stopped"
+
+
+@attrs.define(eq=False)
+class PendingWrite:
+    """One accepted write waiting for its commit: an append (seqs ``first..last``), a
+    truncate to ``to_seq`` or a delete."""
+
+    kind: str
+    prev: int
+    first: int = 0
+    last: int = 0
+    events: tuple[PreparedEvent, ...] = ()
+    to_seq: int = 0
+    result: int | None = None
+    done: bool = False
+
+
+@attrs.define(eq=False)
+class SessionActor:
+    """Write-side state of one session. Created and run by the supervisor."""
+
+    session_id: str
+    owner: str
+    header_json: str
+    writer: GroupCommitWriter
+    state: ActorState = ActorState.STARTING
+    #: Last seq accepted (assigned), committed, as known to this actor.
+    assigned: int = 0
+    committed: int = 0
+    pending: deque[PendingWrite] = attrs.Factory(deque)
+    in_flight: int = 0
+    fault: TidelogError | None = None
+    fault_reported: bool = True
+    fatal: TidelogError | None = None
+    failures: int = 0
+    retry_at: float = 0.0
+    backoff: float = 0.0
+    #: Attachments: the explicit writer handle (at most one) and internal users.
+    handle_open: bool = False
+    users: int = 0
+    last_used: float = 0.0
+    started: trio.Event = attrs.Factory(trio.Event)
+    stopped: trio.Event = attrs.Factory(trio.Event)
+    wake: trio.Event = attrs.Factory(trio.Event)
+    start_error: BaseException | None = None
+    stop_requested: bool = False
+    created: bool = False
+
+    # -- accepting writes --------------------------------------------------------------
+
+    def check_writable(self) -> None:
+        """Raise the fatal error, or the transient fault nobody has seen yet (once)."""
+        if self.fatal is not None:
+            raise self.fatal
+        if self.state is not ActorState.RUNNING:
+            raise ClosedError(f"session {self.session_id!r}: its actor is shutting down")
+        if self.fault is not None and not self.fault_reported:
+            self.fault_reported = True
+            raise self.fault
+
+    def enqueue_append(
+        self, events: Sequence[PreparedEvent], expected_head: int | None, *, urgent: bool
+    ) -> PendingWrite | None:
+        """Accept an append (the caller validated ``events``); ``None`` for an empty batch.
+
+        ``expected_head`` is checked against the last *accepted* seq: this actor is the only
+        writer, so that is the head every reader will see once the queue is committed.
+        """
+        self.check_writable()
+        if expected_head is not None and expected_head != self.assigned:
+            raise ConflictError(self.session_id, expected_head, self.assigned)
+        if not events:
+            return None
+        write = PendingWrite(
+            "append", self.assigned, self.assigned + 1, self.assigned + len(events), tuple(events)
+        )
+        self.assigned = write.last
+        self.pending.append(write)
+        self.writer.submit(self, urgent=urgent)
+        return write
+
+    def enqueue_truncate(self, to_seq: int) -> PendingWrite | None:
+        """Accept a truncate behind every earlier write; ``None`` if it removes nothing."""
+        self.check_writable()
+        if to_seq >= self.assigned:
+            return None
+        write = PendingWrite("truncate", self.assigned, to_seq=to_seq)
+        self.assigned = to_seq
+        self.pending.append(write)
+        self.writer.submit(self, urgent=True)
+        return write
+
+    def enqueue_delete(self) -> PendingWrite:
+        """Accept a delete of the whole session behind every earlier write."""
+        self.check_writable()
+        write = PendingWrite("delete", self.assigned)
+        self.assigned = 0
+        self.pending.append(write)
+        self.writer.submit(self, urgent=True)
+        return write
+
+    def withdraw(self, write: PendingWrite) -> bool:
+        """Take back a write that no commit has picked up yet, if nothing was queued after
+        it (later writes hold seqs that depend on it). True if withdrawn."""
+        if write.done or not self.pending or self.pending[-1] is not write:
+            return False
+        if len(self.pending) <= self.in_flight:
+            return False
+        self.pending.pop()
+        self.assigned = write.prev
+        return True
+
+    # -- waiting -----------------------------------------------------------------------
+
+    async def wait_done(self, write: PendingWrite, failures_before: int) -> None:
+        """Wait until ``write`` is committed; raise if a commit attempt covering it failed
+        (the write stays queued unless the error is fatal) or the actor died."""
+        while not write.done:
+            if self.fatal is not None:
+                raise self.fatal
+            if self.failures > failures_before and self.fault is not None:
+                self.fault_reported = True
+                raise self.fault
+            await self.writer.wait_progress()
+
+    async def wait_committed(self, target: int, failures_before: int) -> None:
+        """Wait until every write accepted up to now is committed (see :meth:`wait_done`)."""
+        last = self.pending[-1] if self.pending else None
+        if last is not None:
+            await self.wait_done(last, failures_before)
+        elif self.fatal is not None:
+            raise self.fatal
+
+    # -- the writer's side -------------------------------------------------------------
+
+    def ready(self, now: float) -> bool:
+        return bool(self.pending) and self.in_flight == 0 and now >= self.retry_at
+
+    def take_op(self) -> WriteOp | None:
+        """Build this actor's op for the next batch from the front of its queue."""
+        if not self.pending or self.in_flight:
+            return None
+        front = self.pending[0]
+        if front.kind == "truncate":
+            self.in_flight = 1
+            return TruncateOp(self.session_id, front.to_seq, owner=self.owner)
+        if front.kind == "delete":
+            self.in_flight = 1
+            return DeleteOp(self.session_id, owner=self.owner)
+        events: list[PreparedEvent] = []
+        count = 0
+        for write in self.pending:
+            if write.kind != "append":
+                break
+            events.extend(write.events)
+            count += 1
+        self.in_flight = count
+        return AppendOp(
+            self.session_id,
+            tuple(events),
+            expected_head=self.committed,
+            owner=self.owner,
+            header_json=self.header_json,
+        )
+
+    def commit_done(self, result: BatchResult, now: float) -> bool:
+        """Apply one op's result. Returns True if the session's committed data changed."""
+        taken = [self.pending.popleft() for _ in range(self.in_flight)]
+        self.in_flight = 0
+        if isinstance(result, ConflictError) and taken[0].kind == "append":
+            expected = self.committed + sum(len(w.events) for w in taken)
+            if result.actual == expected:
+                result = expected  # an earlier attempt landed although it reported failure
+        if isinstance(result, TidelogError):
+            self.pending.extendleft(reversed(taken))
+            if isinstance(result, OwnershipLostError | ConflictError):
+                self.die(result)
+            else:
+                self.commit_failed(result, now)
+            return False
+        for write in taken:
+            write.done = True
+            write.result = result
+        front = taken[0]
+        if front.kind == "append":
+            self.committed = taken[-1].last
+        elif front.kind == "truncate":
+            self.committed = front.to_seq
+        else:
+            self.committed = 0
+            self.die(ClosedError(f"session {self.session_id!r} was deleted"))
+        self.fault = None
+        self.backoff = 0.0
+        self.retry_at = 0.0
+        return True
+
+    def commit_failed(self, error: TidelogError, now: float) -> None:
+        """A commit attempt covering this actor's op failed as a whole; keep the queue."""
+        self.in_flight = 0
+        self.failures += 1
+        self.fault = error
+        self.fault_reported = False
+        self.backoff = min(_BACKOFF_MAX, max(_BACKOFF_MIN, self.backoff * 2))
+        self.retry_at = now + self.backoff
+        self.writer.submit(self, urgent=False)
+
+    def die(self, error: TidelogError) -> None:
+        """Make the actor unusable: drop the queue (never written) and fail every waiter."""
+        if self.fatal is None:
+            self.fatal = error
+        self.pending.clear()
+        self.in_flight = 0
+        self.wake.set()

@@ -1,0 +1,200 @@
+"""GroupCommitWriter: one task per store that commits every session's writes.
+
+Session actors queue writes; the writer drains all of them into one
+:meth:`~stores.Store.write_batch` call -- one transaction, one thread hop -- while the
+previous batch is in flight the next one accumulates, so under load each hop carries many
+sessions' appends (group commit). Awaited appends and flushes are *urgent* and start a batch
+at once; ``append_nowait`` alone waits up to ``batch_window`` seconds to gather more.
+
+Durability barrier: a flush asks for a *sync batch* (``write_batch(..., sync=True)``); one
+such batch fsyncs every commit before it, so concurrent flushes share one barrier.
+
+A batch that has started in the thread is never abandoned; the writer task is only cancelled
+at runtime shutdown, after the actors were drained.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from collections.abc import Callable
+
+import attrs
+import trio
+
+from stores import ClosedError, TidelogError, WriteOp
+
+from .lane import StoreLane
+from .session import SessionActor
+
+__all__ = ["GroupCommitWriter", "WriterStatistics"]
+
+
+@attrs.frozen
+class WriterStatistics:
+    """Counters of one store's group-commit writer (see ``Runtime.statistics``)."""
+
+    mailbox_depth: int
+    batches_committed: int
+    events_committed: int
+    mean_batch_size: float
+    failed_batches: int
+    flushes: int
+    fsyncs: int
+
+
+class GroupCommitWriter:
+    """Commits all sessions' queued writes for one store. Run :meth:`run` in a nursery."""
+
+    def __init__(
+        self,
+        lane: StoreLane,
+        *,
+        batch_window: float,
+        on_commit: Callable[[set[str]], None],
+        max_ops: int = 1000,
+    ) -> None:
+        self.lane = lane
+        self.batch_window = batch_window
+        self.max_ops = max_ops
+        self._on_commit = on_commit
+        self._dirty: dict[SessionActor, None] = {}
+        self._wake = trio.Event()
+        self._urgent = trio.Event()
+        self._progress = trio.Event()
+        self._sync_requested = False
+        self._unsynced = False
+        self.running = False
+        self._next_batch = 1
+        self.synced_through = 0
+        self.sync_failed: tuple[int, TidelogError] | None = None
+        self._batches = 0
+        self._events = 0
+        self._failed = 0
+        self._flushes = 0
+        self._fsyncs = 0
+
+    # -- called by actors --------------------------------------------------------------
+
+    def submit(self, actor: SessionActor, *, urgent: bool) -> None:
+        """Mark ``actor`` as having queued writes."""
+        self._dirty[actor] = None
+        self._wake.set()
+        if urgent:
+            self._urgent.set()
+
+    def request_sync(self) -> int:
+        """Ask for a durability barrier; return the number of the batch that will carry
+        it (it starts after this call, so it covers every commit made before the call)."""
+        self._flushes += 1
+        self._sync_requested = True
+        self._wake.set()
+        self._urgent.set()
+        return self._next_batch
+
+    @property
+    def needs_sync(self) -> bool:
+        """True if some commit since the last barrier is not yet fsynced."""
+        return self._unsynced or self._sync_requested
+
+    async def wait_progress(self) -> None:
+        """Wait until the next batch finishes (successfully or not).
+
+        Raises :class:`~stores.ClosedError` if the writer is not running (it would never
+        finish another batch)."""
+        if not self.running:
+            raise ClosedError("the runtime's writer has stopped")
+        await self._progress.wait()
+
+    async def wait_synced(self, number: int) -> None:
+        """Wait until sync batch ``number`` (or a later one) succeeded; raise its error."""
+        while self.synced_through < number:
+            if self.sync_failed is not None and self.sync_failed[0] >= number:
+                raise self.sync_failed[1]
+            await self.wait_progress()
+
+    def statistics(self) -> WriterStatistics:
+        depth = sum(len(w.events) for a in self._dirty for w in a.pending)
+        mean = self._events / self._batches if self._batches else 0.0
+        return WriterStatistics(
+            depth, self._batches, self._events, mean, self._failed, self._flushes, self._fsyncs
+        )
+
+    # -- the task ----------------------------------------------------------------------
+
+    def _next_retry(self) -> float:
+        times = [a.retry_at for a in self._dirty if a.pending and not a.in_flight]
+        return min(times) if times else math.inf
+
+    async def run(self) -> None:
+        """Commit batches until cancelled (at runtime shutdown)."""
+        self.running = True
+        try:
+            while True:
+                with trio.move_on_at(self._next_retry()):
+                    await self._wake.wait()
+                if self.batch_window > 0 and not self._urgent.is_set():
+                    with trio.move_on_after(self.batch_window):
+                        await self._urgent.wait()
+                self._wake = trio.Event()
+                self._urgent = trio.Event()
+                await self._commit_once()
+        finally:
+            self.running = False
+            self._progress.set()
+
+    async def _commit_once(self) -> None:
+        now = trio.current_time()
+        actors: list[SessionActor] = []
+        ops: list[WriteOp] = []
+        for actor in list(self._dirty):
+            if len(ops) >= self.max_ops:
+                self._wake.set()
+                break
+            if not actor.pending:
+                del self._dirty[actor]
+                continue
+            if not actor.ready(now):
+                continue
+            op = actor.take_op()
+            if op is not None:
+                del self._dirty[actor]
+                actors.append(actor)
+                ops.append(op)
+        sync = self._sync_requested
+        if not ops and not sync:
+            return
+        number = self._next_batch
+        self._next_batch += 1
+        self._sync_requested = False
+        try:
+            write_batch = functools.partial(self.lane.store.write_batch, sync=sync)
+            results = await self.lane.run(write_batch, ops)
+        except TidelogError as exc:
+            self._failed += 1
+            now = trio.current_time()
+            for actor in actors:
+                actor.commit_failed(exc, now)
+            if sync:
+                self.sync_failed = (number, exc)
+        else:
+            now = trio.current_time()
+            changed: set[str] = set()
+            for actor, result in zip(actors, results, strict=True):
+                if actor.commit_done(result, now):
+                    changed.add(actor.session_id)
+                    if actor.pending:
+                        self.submit(actor, urgent=True)
+            self._batches += 1
+            self._events += sum(len(getattr(op, "events", ())) for op in ops)
+            if sync:
+                self._fsyncs += 1
+                self.synced_through = number
+                self._unsynced = False
+            elif ops:
+                self._unsynced = True
+            if changed:
+                self._on_commit(changed)
+        finally:
+            self._progress.set()
+            self._progress = trio.Event()
