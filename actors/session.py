@@ -220,16 +220,13 @@ class SessionActor:
             expected_head=self.committed,
             owner=self.owner,
             header_json=self.header_json,
+            retry=self.fault is not None,
         )
 
     def commit_done(self, result: BatchResult, now: float) -> bool:
         """Apply one op's result. Returns True if the session's committed data changed."""
         taken = [self.pending.popleft() for _ in range(self.in_flight)]
         self.in_flight = 0
-        if isinstance(result, ConflictError) and taken[0].kind == "append":
-            expected = self.committed + sum(len(w.events) for w in taken)
-            if result.actual == expected:
-                result = expected  # an earlier attempt landed although it reported failure
         if isinstance(result, TidelogError):
             self.pending.extendleft(reversed(taken))
             if isinstance(result, OwnershipLostError | ConflictError):

@@ -1069,6 +1069,25 @@ class StoreConformance:
         assert store.head("s") == 2
         assert store.write_batch([DeleteOp("s", owner="A")]) == [1]
 
+    def test_retry_op_that_landed_is_not_duplicated(self, store: Store) -> None:
+        """A resent op (retry=True) whose events already landed succeeds without writing
+        again; a different op at the same position still conflicts."""
+        events = _prepared(2, "x")
+        assert store.write_batch([AppendOp("s", events, expected_head=0)]) == [2]
+        assert store.write_batch([AppendOp("s", events, expected_head=0, retry=True)]) == [2]
+        assert store.head("s") == 2
+        [other] = store.write_batch([AppendOp("s", _prepared(2, "y"), expected_head=0, retry=True)])
+        assert isinstance(other, ConflictError)
+        [plain] = store.write_batch([AppendOp("s", events, expected_head=0)])
+        assert isinstance(plain, ConflictError)
+
+    def test_retry_op_writes_only_the_missing_tail(self, store: Store) -> None:
+        """A resent op whose first events landed writes only the rest, in order."""
+        events = _prepared(3, "z")
+        assert store.write_batch([AppendOp("s", events[:2], expected_head=0)]) == [2]
+        assert store.write_batch([AppendOp("s", events, expected_head=0, retry=True)]) == [3]
+        assert [e.data for e in store.read("s")] == [{"i": i, "tag": "z"} for i in range(3)]
+
     def test_write_batch_rejects_non_ops(self, store: Store) -> None:
         """write_batch refuses items that are not write ops, writing nothing."""
         with pytest.raises(InvalidArgumentError):

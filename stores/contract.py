@@ -31,6 +31,11 @@ class AppendOp:
     lease token: the op fails with :class:`~stores.errors.OwnershipLostError` unless the
     session's lease is held by exactly that token at commit time (fencing). ``header`` is
     the JSON text of the header used if the op creates the session.
+
+    ``retry=True`` marks a resend of writes whose earlier commit reported an error but may
+    have landed anyway: if the events stored after ``expected_head`` are exactly a prefix
+    of ``events`` (kind, data, run_id), only the rest is written instead of raising
+    :class:`~stores.errors.ConflictError` -- each event lands exactly once.
     """
 
     session_id: str
@@ -38,6 +43,7 @@ class AppendOp:
     expected_head: int | None = None
     owner: str | None = None
     header_json: str = "{}"
+    retry: bool = False
 
 
 @attrs.frozen

@@ -180,16 +180,26 @@ class MemoryStore:
         session = state.sessions.get(op.session_id)
         head = len(session.rows) if session is not None else 0
         self._check_owner(state, op.session_id, op.owner)
+        events = op.events
         if op.expected_head is not None and op.expected_head != head:
-            raise ConflictError(op.session_id, op.expected_head, head)
-        if not op.events:
+            landed = head - op.expected_head
+            if not (
+                op.retry
+                and session is not None
+                and 0 < landed <= len(events)
+                and [(r[2], r[3], r[4]) for r in session.rows[op.expected_head :]]
+                == [(e.kind, e.data_json, e.run_id) for e in events[:landed]]
+            ):
+                raise ConflictError(op.session_id, op.expected_head, head)
+            events = events[landed:]  # an earlier attempt landed this prefix
+        if not events:
             return head
         if session is None:
             session = self._new_session(state, op.header_json, now)
             state.sessions[op.session_id] = session
         session.rows.extend(
             (head + i, now, ev.kind, ev.data_json, ev.run_id)
-            for i, ev in enumerate(op.events, start=1)
+            for i, ev in enumerate(events, start=1)
         )
         session.updated_at = now
         state.version += 1

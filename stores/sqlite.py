@@ -245,9 +245,13 @@ class SqliteStore:
         row = conn.execute("SELECT sid, head FROM sessions WHERE id=?", (op.session_id,)).fetchone()
         head = 0 if row is None else int(row[1])
         self._check_owner(conn, op.session_id, op.owner)
+        events = op.events
         if op.expected_head is not None and op.expected_head != head:
-            raise ConflictError(op.session_id, op.expected_head, head)
-        if not op.events:
+            landed = self._landed(conn, row[0], op, head) if op.retry and row else 0
+            if not landed:
+                raise ConflictError(op.session_id, op.expected_head, head)
+            events = events[landed:]  # an earlier attempt landed this prefix
+        if not events:
             return head
         if row is None:
             conn.execute(
@@ -261,12 +265,27 @@ class SqliteStore:
             "INSERT INTO events(sid, seq, ts, kind, data, run_id) VALUES (?,?,?,?,?,?)",
             [
                 (sid, head + i, now, ev.kind, ev.data_json, ev.run_id)
-                for i, ev in enumerate(op.events, start=1)
+                for i, ev in enumerate(events, start=1)
             ],
         )
-        new_head = head + len(op.events)
+        new_head = head + len(events)
         conn.execute("UPDATE sessions SET head=?, updated_at=? WHERE sid=?", (new_head, now, sid))
         return new_head
+
+    @staticmethod
+    def _landed(conn: apsw.Connection, sid: int, op: AppendOp, head: int) -> int:
+        """How many of a resent op's events already stand after ``expected_head`` (0 if
+        what stands there is not exactly a prefix of them)."""
+        assert op.expected_head is not None
+        landed = head - op.expected_head
+        if not 0 < landed <= len(op.events):
+            return 0
+        rows = conn.execute(
+            "SELECT kind, data, run_id FROM events WHERE sid=? AND seq>? ORDER BY seq",
+            (sid, op.expected_head),
+        ).fetchall()
+        mine = [(e.kind, e.data_json, e.run_id) for e in op.events[:landed]]
+        return landed if [tuple(r) for r in rows] == mine else 0
 
     def sync(self) -> None:
         """See :meth:`Store.sync`."""

@@ -83,6 +83,7 @@ CREATE TABLE meta(key TEXT PRIMARY KEY, value) WITHOUT ROWID;
 INSERT INTO meta(key, value) VALUES ('sync_epoch', 0);
 """
 
+
 #: Migration steps: ``MIGRATIONS[v]`` upgrades a version-``v`` file to ``v + 1``. Version 0
 #: is a new, empty file. All pending steps run in one ``BEGIN IMMEDIATE`` transaction.
 def _create_schema(conn: apsw.Connection) -> None:

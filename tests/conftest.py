@@ -1,0 +1,38 @@
+"""Shared fixtures: runtimes over both backends, and a fault-injecting store."""
+
+from __future__ import annotations
+
+import pathlib
+from collections.abc import AsyncIterator
+from contextlib import AbstractAsyncContextManager
+
+import pytest
+from helpers import RuntimeFactory
+
+from runtime import MemoryStore, Runtime, open_runtime
+
+
+@pytest.fixture(params=["memory", "sqlite"])
+def backend(request: pytest.FixtureRequest, tmp_path: pathlib.Path) -> str:
+    """Run the test once per backend."""
+    return str(request.param)
+
+
+@pytest.fixture
+def make_runtime(backend: str, tmp_path: pathlib.Path) -> RuntimeFactory:
+    """A factory of runtimes on the selected backend (one shared store per test)."""
+    memory = MemoryStore()
+
+    def factory(**options: object) -> AbstractAsyncContextManager[Runtime]:
+        if backend == "memory":
+            return open_runtime(memory, **options)  # type: ignore[arg-type]
+        return open_runtime(tmp_path / "rt.db", **options)  # type: ignore[arg-type]
+
+    return factory
+
+
+@pytest.fixture
+async def rt(make_runtime: RuntimeFactory) -> AsyncIterator[Runtime]:
+    """A runtime on the selected backend."""
+    async with make_runtime() as runtime:
+        yield runtime
