@@ -183,9 +183,12 @@ class SessionActor:
             await self.writer.wait_progress()
 
     async def wait_committed(self, target: int, failures_before: int) -> None:
-        """Wait until every write accepted up to now is committed (see :meth:`wait_done`)."""
+        """Wait until every write accepted up to now is committed (see :meth:`wait_done`).
+
+        Someone waits for them now, so they no longer wait for the batching window."""
         last = self.pending[-1] if self.pending else None
         if last is not None:
+            self.writer.submit(self, urgent=True)
             await self.wait_done(last, failures_before)
         elif self.fatal is not None:
             raise self.fatal

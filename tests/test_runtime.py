@@ -29,6 +29,7 @@ from runtime import (
     StoreIOError,
     open_runtime,
 )
+from stores import prepare_events
 
 
 def ev(i: int, kind: str = "k") -> NewEvent:
@@ -468,12 +469,10 @@ async def test_idle_actor_evicted_and_lease_released(
     """An unused actor is evicted after idle_timeout with its queue committed and its
     lease released."""
     store = MemoryStore()
-    async with open_runtime(store, idle_timeout=5.0) as rt, AsyncExitStack() as stack:
+    async with open_runtime(store, idle_timeout=5.0) as rt:
         sup = rt._supervisor
         actor = await sup.acquire("s", header_json="{}", exclusive=False)
-        actor.enqueue_append(
-            [p for p in __import__("stores").prepare_events([ev(1)])], None, urgent=False
-        )
+        actor.enqueue_append(prepare_events([ev(1)]), None, urgent=False)
         sup.release(actor, exclusive=False)
         await trio.sleep(1.0)
         assert "s" in sup.actors

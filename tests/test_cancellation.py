@@ -1,0 +1,168 @@
+"""Cancel append, append_nowait+flush and truncate at every checkpoint in turn: each is
+all or nothing, the head says which, and the runtime keeps serving."""
+
+from __future__ import annotations
+
+import functools
+import pathlib
+from collections.abc import Awaitable, Callable
+
+import apsw
+import pytest
+import trio
+import trio.testing
+from helpers import RuntimeFactory
+
+from runtime import NewEvent, Runtime, SessionWriter, open_runtime
+
+
+class _CancelAfterSteps(trio.abc.Instrument):
+    """Cancel ``scope`` after the scheduler ran ``steps`` task steps (of any task: the
+    caller's own checkpoints and the writer's, so that every interleaving of "queued",
+    "taken by the writer", "committing" and "committed" is hit)."""
+
+    def __init__(self, steps: int, scope: trio.CancelScope) -> None:
+        self.steps = steps
+        self.scope = scope
+
+    def after_task_step(self, task: trio.lowlevel.Task) -> None:
+        self.steps -= 1
+        if self.steps == 0:
+            self.scope.cancel()
+
+
+async def _run_cancelled_at(step: int, op: Callable[[], Awaitable[object]]) -> bool:
+    """Run ``op`` with a cancel scope cancelled at its ``step``-th checkpoint; True if the
+    cancellation took effect."""
+    with trio.CancelScope() as scope:
+        instrument = _CancelAfterSteps(step, scope)
+        trio.lowlevel.add_instrument(instrument)
+        try:
+            await op()
+        finally:
+            trio.lowlevel.remove_instrument(instrument)
+    return scope.cancelled_caught
+
+
+async def _committed(rt: Runtime, session_id: str) -> list[int]:
+    return [e.data["n"] for e in await rt._read(session_id, 0, None, None)]  # type: ignore[index]
+
+
+async def _sweep(
+    rt: Runtime, session_id: str, make_op: Callable[[SessionWriter, int], Awaitable[object]]
+) -> int:
+    """Cancel at step 1, 2, ... until the op completes uncancelled; check every round."""
+    async with rt.open_session(session_id) as w:
+        assert isinstance(w, SessionWriter)
+        expected: list[int] = []
+        step = 0
+        while True:
+            step += 1
+            n = step
+            before = w.head()
+            cancelled = await _run_cancelled_at(step, functools.partial(make_op, w, n))
+            await w.flush()
+            committed = await _committed(rt, session_id)
+            if w.head() == before:
+                assert committed == expected, f"step {step}: a withdrawn write landed"
+            else:
+                expected.append(n)
+                assert committed == expected, f"step {step}: an accepted write was lost"
+            # The runtime keeps serving after every cancellation.
+            assert await w.append([NewEvent("k", {"n": -step})]) == w.head()
+            expected.append(-step)
+            if not cancelled:
+                return step
+            assert step < 50, "the operation never completed"
+
+
+async def test_cancel_append_at_every_checkpoint(make_runtime: RuntimeFactory) -> None:
+    """A cancelled await append() is all-or-nothing at every checkpoint."""
+    async with make_runtime() as rt:
+        steps = await _sweep(rt, "s", lambda w, n: w.append([NewEvent("k", {"n": n})]))
+        assert steps >= 2
+
+
+async def test_cancel_flush_at_every_checkpoint(make_runtime: RuntimeFactory) -> None:
+    """append_nowait then a cancelled flush(): the accepted events always land."""
+
+    async def op(w: SessionWriter, n: int) -> None:
+        w.append_nowait([NewEvent("k", {"n": n})])
+        await w.flush()
+
+    async with make_runtime() as rt:
+        await _sweep(rt, "s", op)
+
+
+async def test_cancel_truncate_at_every_checkpoint(make_runtime: RuntimeFactory) -> None:
+    """A cancelled truncate() either removed the events or left them all."""
+    async with make_runtime() as rt, rt.open_session("t") as w:
+        step = 0
+        while True:
+            step += 1
+            await w.append([NewEvent("k", {"n": i}) for i in range(3)])
+            before = w.head()
+            cancelled = await _run_cancelled_at(step, functools.partial(w.truncate, before - 2))
+            committed = await _committed(rt, "t")
+            if w.head() == before:
+                assert len(committed) == before
+            else:
+                assert w.head() == before - 2
+                await w.flush()
+                assert len(await _committed(rt, "t")) == before - 2
+            if not cancelled:
+                break
+            assert step < 50
+
+
+@pytest.mark.parametrize("steps", [1, 2, 3])
+async def test_cancel_open_session(make_runtime: RuntimeFactory, steps: int) -> None:
+    """Cancelling a write open leaves the session free for the next open."""
+    async with make_runtime() as rt:
+
+        async def op() -> None:
+            async with rt.open_session("o") as w:
+                await w.append([NewEvent("k", {"n": 1})])
+
+        await _run_cancelled_at(steps, op)
+        async with rt.open_session("o") as w:
+            await w.append([NewEvent("k", {"n": 2})])
+
+
+async def test_cancel_queued_append_withdraws_in_flight_append_lands(
+    tmp_path: pathlib.Path,
+) -> None:
+    """While the writer is stuck on a locked database: a cancelled append still queued is
+    withdrawn (head goes back), a cancelled append already in the commit lands."""
+    path = tmp_path / "db"
+    async with open_runtime(path, busy_timeout_ms=20_000) as rt, rt.open_session("s") as w:
+        assert isinstance(w, SessionWriter)
+        blocker = apsw.Connection(str(path))
+        blocker.execute("BEGIN IMMEDIATE")
+        released = False
+        try:
+            async with trio.open_nursery() as nursery:
+                in_flight = trio.CancelScope()
+                queued = trio.CancelScope()
+
+                async def append_in(scope: trio.CancelScope, n: int) -> None:
+                    with scope:
+                        await w.append([NewEvent("k", {"n": n})])
+
+                nursery.start_soon(append_in, in_flight, 1)
+                await trio.testing.wait_all_tasks_blocked(0.05)
+                nursery.start_soon(append_in, queued, 2)
+                await trio.testing.wait_all_tasks_blocked(0.05)
+                assert w.head() == 2
+                queued.cancel()
+                in_flight.cancel()
+                await trio.testing.wait_all_tasks_blocked(0.05)
+                assert w.head() == 1  # the queued one was withdrawn
+                blocker.execute("ROLLBACK")
+                released = True
+            assert await _committed(rt, "s") == [1]
+            assert await w.append([NewEvent("k", {"n": 3})]) == 2
+        finally:
+            if not released:
+                blocker.execute("ROLLBACK")
+            blocker.close()
