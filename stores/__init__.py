@@ -3,7 +3,17 @@
 Synchronous and thread-confined; nothing here imports trio.
 """
 
-from .contract import AppendOp, BatchResult, DeleteOp, Pin, Store, TruncateOp, WriteOp
+from .contract import (
+    AppendOp,
+    BatchResult,
+    DeleteOp,
+    GroupOp,
+    Pin,
+    ReplaceOp,
+    Store,
+    TruncateOp,
+    WriteOp,
+)
 from .errors import (
     ClosedError,
     ConflictError,
@@ -43,6 +53,7 @@ __all__ = [
     "ClosedError",
     "ConflictError",
     "DeleteOp",
+    "GroupOp",
     "InvalidArgumentError",
     "InvalidEventError",
     "InvalidSessionIdError",
@@ -52,6 +63,7 @@ __all__ = [
     "Pin",
     "PreparedEvent",
     "ReadOnlyError",
+    "ReplaceOp",
     "SessionExistsError",
     "SessionInfo",
     "SessionNotFoundError",

@@ -44,6 +44,7 @@ from stores import (
     ClosedError,
     ConflictError,
     DeleteOp,
+    GroupOp,
     InvalidArgumentError,
     InvalidEventError,
     InvalidSessionIdError,
@@ -51,6 +52,7 @@ from stores import (
     OwnershipLostError,
     Pin,
     PreparedEvent,
+    ReplaceOp,
     SessionExistsError,
     SessionInfo,
     SessionOwnedError,
@@ -1087,6 +1089,75 @@ class StoreConformance:
         assert store.write_batch([AppendOp("s", events[:2], expected_head=0)]) == [2]
         assert store.write_batch([AppendOp("s", events, expected_head=0, retry=True)]) == [3]
         assert [e.data for e in store.read("s")] == [{"i": i, "tag": "z"} for i in range(3)]
+
+    def test_replace_op_rewrites_tail_atomically(self, store: Store) -> None:
+        """ReplaceOp removes the events after from_seq and appends new ones in one step."""
+        store.append("s", _events(5))
+        pin = store.pin("s")
+        assert pin is not None
+        results = store.write_batch([ReplaceOp("s", 2, _prepared(2, "new"), expected_head=5)])
+        assert results == [4]
+        assert [e.data for e in store.read("s")] == [
+            {"i": 0, "tag": ""},
+            {"i": 1, "tag": ""},
+            {"i": 0, "tag": "new"},
+            {"i": 1, "tag": "new"},
+        ]
+        with pytest.raises(SnapshotExpiredError):
+            store.read("s", pin=pin)
+
+    def test_replace_op_checks_head_and_bounds(self, store: Store) -> None:
+        """ReplaceOp with a stale expected_head or from_seq past the head changes nothing."""
+        store.append("s", _events(2))
+        [stale] = store.write_batch([ReplaceOp("s", 0, _prepared(1), expected_head=1)])
+        assert isinstance(stale, ConflictError)
+        [past] = store.write_batch([ReplaceOp("s", 3, _prepared(1))])
+        assert isinstance(past, InvalidArgumentError)
+        assert store.head("s") == 2
+
+    def test_group_op_is_all_or_nothing(self, store: Store) -> None:
+        """A GroupOp whose last member fails applies none of its members; others commit."""
+        store.append("a", _events(1))
+        results = store.write_batch(
+            [
+                GroupOp(
+                    (
+                        AppendOp("a", _prepared(1, "g"), expected_head=1),
+                        AppendOp("b", _prepared(2, "g")),
+                        AppendOp("c", _prepared(1, "g"), expected_head=7),
+                    )
+                ),
+                AppendOp("d", _prepared(1)),
+            ]
+        )
+        assert isinstance(results[0], ConflictError)
+        assert results[1] == 1
+        assert store.head("a") == 1 and store.stat("b") is None and store.stat("c") is None
+        ok = store.write_batch(
+            [GroupOp((AppendOp("a", _prepared(1), expected_head=1), AppendOp("b", _prepared(2))))]
+        )
+        assert ok == [2]
+        assert store.head("a") == 2 and store.head("b") == 2
+
+    def test_group_op_rejects_nesting_and_empty(self, store: Store) -> None:
+        """GroupOps cannot nest or be empty."""
+        inner = GroupOp((AppendOp("a", _prepared(1)),))
+        with pytest.raises(InvalidArgumentError):
+            store.write_batch([GroupOp((inner,))])  # type: ignore[arg-type]
+        with pytest.raises(InvalidArgumentError):
+            store.write_batch([GroupOp(())])
+        assert store.stat("a") is None
+
+    def test_find_run(self, store: Store) -> None:
+        """find_run returns the first and last seq of a run's events, None if absent."""
+        store.append("s", [NewEvent("k", 1, run_id="r1"), NewEvent("k", 2)])
+        store.append("s", [NewEvent("k", 3, run_id="r2"), NewEvent("k", 4, run_id="r1")])
+        assert store.find_run("s", "r1") == (1, 4)
+        assert store.find_run("s", "r2") == (3, 3)
+        assert store.find_run("s", "r3") is None
+        assert store.find_run("other", "r1") is None
+        store.truncate("s", 3)
+        assert store.find_run("s", "r1") == (1, 1)
 
     def test_write_batch_rejects_non_ops(self, store: Store) -> None:
         """write_batch refuses items that are not write ops, writing nothing."""

@@ -14,10 +14,29 @@ from typing import Protocol, runtime_checkable
 
 import attrs
 
-from .errors import TidelogError
-from .records import JSON, NewEvent, PreparedEvent, SessionInfo, StoredEvent
+from .errors import InvalidArgumentError, InvalidEventError, TidelogError
+from .records import (
+    JSON,
+    NewEvent,
+    PreparedEvent,
+    SessionInfo,
+    StoredEvent,
+    check_seq,
+    validate_session_id,
+)
 
-__all__ = ["AppendOp", "BatchResult", "DeleteOp", "Pin", "Store", "TruncateOp", "WriteOp"]
+__all__ = [
+    "AppendOp",
+    "BatchResult",
+    "DeleteOp",
+    "GroupOp",
+    "Pin",
+    "ReplaceOp",
+    "Store",
+    "TruncateOp",
+    "WriteOp",
+    "check_ops",
+]
 
 
 @attrs.frozen
@@ -65,8 +84,38 @@ class DeleteOp:
     owner: str | None = None
 
 
+@attrs.frozen
+class ReplaceOp:
+    """Replace a session's tail: remove events after ``from_seq`` and append ``events``
+    after it, as one atomic step (maintenance such as trim and rewind rewrites history
+    this way). Snapshots covering a removed event expire as with a truncate.
+
+    ``expected_head`` and ``owner`` are checked as for :class:`AppendOp`; ``from_seq``
+    must not exceed the head. Result: the new head."""
+
+    session_id: str
+    from_seq: int
+    events: tuple[PreparedEvent, ...]
+    expected_head: int | None = None
+    owner: str | None = None
+
+
+@attrs.frozen
+class GroupOp:
+    """Several ops (possibly for several sessions) applied all or nothing inside a batch:
+    if any of them fails, none of them is applied and the group's result is that error.
+    Result on success: the number of ops. Groups do not nest."""
+
+    ops: tuple[AppendOp | TruncateOp | DeleteOp | ReplaceOp, ...]
+
+    @property
+    def session_id(self) -> str:
+        """The first member's session (groups are keyed by it for ordering)."""
+        return self.ops[0].session_id if self.ops else ""
+
+
 #: Anything :meth:`Store.write_batch` accepts.
-WriteOp = AppendOp | TruncateOp | DeleteOp
+WriteOp = AppendOp | TruncateOp | DeleteOp | ReplaceOp | GroupOp
 
 #: Per op: an int on success (the new head for an append, the count removed for a truncate,
 #: 1/0 for a delete), or the (tidelog) error that failed that op alone.
@@ -87,6 +136,44 @@ class Pin:
     as_of_seq: int
     incarnation: int
     epoch: int
+
+
+def _check_member(op: object, *, in_group: bool) -> None:
+    allowed: tuple[type, ...] = (AppendOp, TruncateOp, DeleteOp, ReplaceOp)
+    if not in_group:
+        allowed += (GroupOp,)
+    if not isinstance(op, AppendOp | TruncateOp | DeleteOp | ReplaceOp | GroupOp) or not (
+        isinstance(op, allowed)
+    ):
+        raise InvalidArgumentError(
+            f"write_batch takes {', '.join(t.__name__ for t in allowed)}, not {type(op).__name__}"
+        )
+    if isinstance(op, GroupOp):
+        if not isinstance(op.ops, tuple) or not op.ops:
+            raise InvalidArgumentError("GroupOp.ops must be a non-empty tuple of ops")
+        for member in op.ops:
+            _check_member(member, in_group=True)
+        return
+    validate_session_id(op.session_id)
+    if isinstance(op, AppendOp | ReplaceOp):
+        check_seq(op.expected_head, "expected_head", allow_none=True)
+        for index, event in enumerate(op.events):
+            if not isinstance(event, PreparedEvent):
+                raise InvalidEventError(index, None, "op events must be PreparedEvent")
+    if isinstance(op, TruncateOp):
+        check_seq(op.to_seq, "to_seq")
+    if isinstance(op, ReplaceOp):
+        check_seq(op.from_seq, "from_seq")
+
+
+def check_ops(ops: object) -> None:
+    """Check the argument of ``write_batch``: a sequence of well-formed write ops.
+
+    Raises :class:`~stores.errors.InvalidArgumentError` before anything is written."""
+    if not isinstance(ops, Sequence) or isinstance(ops, str | bytes):
+        raise InvalidArgumentError(f"ops must be a sequence, not {type(ops).__name__}")
+    for op in ops:
+        _check_member(op, in_group=False)
 
 
 @runtime_checkable
@@ -162,6 +249,12 @@ class Store(Protocol):
         ``pin.as_of_seq`` was destroyed since (else :class:`SnapshotExpiredError`).
 
         Atomic: a live tail uses it to move forward without ever missing a truncation."""
+        ...
+
+    def find_run(self, session_id: str, run_id: str) -> tuple[int, int] | None:
+        """The first and last seq of the session's events tagged ``run_id``, or ``None``.
+
+        Indexed: cost does not grow with the session's length."""
         ...
 
     def head(self, session_id: str) -> int:

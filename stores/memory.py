@@ -8,17 +8,30 @@ with the store.
 
 from __future__ import annotations
 
+import copy
 import threading
 import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
+from typing import TypeVar
 
 import attrs
 
-from .contract import AppendOp, BatchResult, Pin, Store, TruncateOp, WriteOp
+from .contract import (
+    AppendOp,
+    BatchResult,
+    GroupOp,
+    Pin,
+    ReplaceOp,
+    Store,
+    TruncateOp,
+    WriteOp,
+    check_ops,
+)
 from .errors import (
     ClosedError,
     ConflictError,
+    InvalidArgumentError,
     OwnershipLostError,
     SessionExistsError,
     SessionOwnedError,
@@ -31,7 +44,6 @@ from .records import (
     SessionInfo,
     StoredEvent,
     check_count,
-    check_ops,
     check_seq,
     decode_json,
     events_from_rows,
@@ -41,6 +53,8 @@ from .records import (
 )
 
 __all__ = ["MemoryStore"]
+
+T = TypeVar("T")
 
 _Row = tuple[int, float, str, str, str | None]  # seq, ts, kind, data_json, run_id
 
@@ -148,26 +162,65 @@ class MemoryStore:
         failed: dict[str, TidelogError] = {}
         with self._locked() as state:
             now = time.time()
-            version = state.version
             for op in ops:
-                if op.session_id in failed:
-                    results.append(failed[op.session_id])
+                ids = _session_ids(op)
+                earlier = next((failed[i] for i in ids if i in failed), None)
+                if earlier is not None:
+                    results.append(earlier)
                     continue
                 try:
-                    if isinstance(op, AppendOp):
-                        results.append(self._apply(state, op, now))
-                    elif isinstance(op, TruncateOp):
-                        self._check_owner(state, op.session_id, op.owner)
-                        results.append(self._truncate(state, op.session_id, op.to_seq, now))
-                    else:
-                        self._check_owner(state, op.session_id, op.owner)
-                        results.append(int(self._delete(state, op.session_id)))
+                    results.append(self._apply_op(state, op, now))
                 except TidelogError as exc:
-                    failed[op.session_id] = exc
+                    for session_id in ids:
+                        failed[session_id] = exc
                     results.append(exc)
-            if state.version != version:
-                self._seen_version = state.version
+            self._seen_version = state.version
         return results
+
+    def _apply_op(self, state: _State, op: WriteOp, now: float) -> int:
+        if isinstance(op, AppendOp):
+            return self._apply(state, op, now)
+        if isinstance(op, GroupOp):
+            saved = {i: copy.deepcopy(state.sessions.get(i)) for i in _session_ids(op)}
+            leases = {i: copy.deepcopy(state.leases.get(i)) for i in _session_ids(op)}
+            version = state.version
+            try:
+                for member in op.ops:
+                    self._apply_op(state, member, now)
+            except TidelogError:
+                for session_id, session in saved.items():
+                    _restore(state.sessions, session_id, session)
+                    _restore(state.leases, session_id, leases[session_id])
+                state.version = version + 1
+                raise
+            return len(op.ops)
+        self._check_owner(state, op.session_id, op.owner)
+        if isinstance(op, TruncateOp):
+            return self._truncate(state, op.session_id, op.to_seq, now)
+        if isinstance(op, ReplaceOp):
+            return self._replace(state, op, now)
+        return int(self._delete(state, op.session_id))
+
+    def _replace(self, state: _State, op: ReplaceOp, now: float) -> int:
+        session = state.sessions.get(op.session_id)
+        head = 0 if session is None else len(session.rows)
+        if op.expected_head is not None and op.expected_head != head:
+            raise ConflictError(op.session_id, op.expected_head, head)
+        if op.from_seq > head:
+            raise InvalidArgumentError(
+                f"session {op.session_id!r}: from_seq {op.from_seq} is past the head {head}"
+            )
+        if session is None:
+            session = self._new_session(state, "{}", now)
+            state.sessions[op.session_id] = session
+        self._truncate(state, op.session_id, op.from_seq, now)
+        session.rows.extend(
+            (op.from_seq + i, now, ev.kind, ev.data_json, ev.run_id)
+            for i, ev in enumerate(op.events, start=1)
+        )
+        session.updated_at = now
+        state.version += 1
+        return len(session.rows)
 
     @staticmethod
     def _check_owner(state: _State, session_id: str, owner: str | None) -> None:
@@ -294,6 +347,16 @@ class MemoryStore:
                 return None
             return Pin(session_id, len(session.rows), session.incarnation, session.epoch)
 
+    def find_run(self, session_id: str, run_id: str) -> tuple[int, int] | None:
+        """See :meth:`Store.find_run`."""
+        validate_session_id(session_id)
+        with self._locked() as state:
+            session = state.sessions.get(session_id)
+            if session is None:
+                return None
+            seqs = [row[0] for row in session.rows if row[4] == run_id]
+        return (seqs[0], seqs[-1]) if seqs else None
+
     def refresh_pin(self, pin: Pin) -> Pin:
         """See :meth:`Store.refresh_pin`."""
         with self._locked() as state:
@@ -374,6 +437,19 @@ class MemoryStore:
         """See :meth:`Store.close`."""
         with self._state.lock:
             self._closed = True
+
+
+def _session_ids(op: WriteOp) -> list[str]:
+    if isinstance(op, GroupOp):
+        return list(dict.fromkeys(member.session_id for member in op.ops))
+    return [op.session_id]
+
+
+def _restore(table: dict[str, T], key: str, value: T | None) -> None:
+    if value is None:
+        table.pop(key, None)
+    else:
+        table[key] = value
 
 
 def _check_pin(session_id: str, session: _Session | None, pin: Pin) -> None:

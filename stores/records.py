@@ -23,7 +23,6 @@ __all__ = [
     "SessionInfo",
     "StoredEvent",
     "check_count",
-    "check_ops",
     "check_seq",
     "decode_json",
     "decode_json_object",
@@ -225,27 +224,6 @@ def check_seq(value: object, name: str, *, allow_none: bool = False) -> int | No
 def check_count(value: object, name: str) -> int | None:
     """Check an optional count (``limit``): ``None`` or a non-negative int."""
     return check_seq(value, name, allow_none=True)
-
-
-def check_ops(ops: object) -> None:
-    """Check the argument of ``write_batch``: a sequence of write ops with valid fields."""
-    from .contract import AppendOp, DeleteOp, TruncateOp
-
-    if not isinstance(ops, Sequence) or isinstance(ops, str | bytes):
-        raise InvalidArgumentError(f"ops must be a sequence, not {type(ops).__name__}")
-    for op in ops:
-        if not isinstance(op, AppendOp | TruncateOp | DeleteOp):
-            raise InvalidArgumentError(
-                f"write_batch takes AppendOp, TruncateOp or DeleteOp, not {type(op).__name__}"
-            )
-        validate_session_id(op.session_id)
-        if isinstance(op, AppendOp):
-            check_seq(op.expected_head, "expected_head", allow_none=True)
-            for index, event in enumerate(op.events):
-                if not isinstance(event, PreparedEvent):
-                    raise InvalidEventError(index, None, "AppendOp.events must be PreparedEvent")
-        elif isinstance(op, TruncateOp):
-            check_seq(op.to_seq, "to_seq")
 
 
 def events_from_rows(session_id: str, rows: Sequence[Sequence[Any]]) -> list[StoredEvent]:

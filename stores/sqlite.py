@@ -19,7 +19,17 @@ from typing import Any
 
 import apsw
 
-from .contract import AppendOp, BatchResult, Pin, Store, TruncateOp, WriteOp
+from .contract import (
+    AppendOp,
+    BatchResult,
+    GroupOp,
+    Pin,
+    ReplaceOp,
+    Store,
+    TruncateOp,
+    WriteOp,
+    check_ops,
+)
 from .errors import (
     ClosedError,
     ConflictError,
@@ -33,10 +43,10 @@ from .errors import (
 from .records import (
     JSON,
     NewEvent,
+    PreparedEvent,
     SessionInfo,
     StoredEvent,
     check_count,
-    check_ops,
     check_seq,
     decode_json,
     events_from_rows,
@@ -56,6 +66,12 @@ def _one(conn: apsw.Connection, sql: str, args: tuple[Any, ...] = ()) -> tuple[A
     row = conn.execute(sql, args).fetchone()
     assert row is not None, sql
     return tuple(row)
+
+
+def _session_ids(op: WriteOp) -> list[str]:
+    if isinstance(op, GroupOp):
+        return list(dict.fromkeys(member.session_id for member in op.ops))
+    return [op.session_id]
 
 
 def _info(row: Sequence[Any]) -> SessionInfo:
@@ -196,15 +212,18 @@ class SqliteStore:
         with self._write("write_batch", sync=sync) as conn:
             now = time.time()
             for op in ops:
-                if op.session_id in failed:
-                    results.append(failed[op.session_id])
+                ids = _session_ids(op)
+                earlier = next((failed[i] for i in ids if i in failed), None)
+                if earlier is not None:
+                    results.append(earlier)
                     continue
                 conn.execute("SAVEPOINT op")
                 try:
                     results.append(self._apply_op(conn, op, now))
                 except TidelogError as exc:
                     conn.execute("ROLLBACK TO op")
-                    failed[op.session_id] = exc
+                    for session_id in ids:
+                        failed[session_id] = exc
                     results.append(exc)
                 finally:
                     conn.execute("RELEASE op")
@@ -215,10 +234,55 @@ class SqliteStore:
     def _apply_op(self, conn: apsw.Connection, op: WriteOp, now: float) -> int:
         if isinstance(op, AppendOp):
             return self._apply(conn, op, now)
+        if isinstance(op, GroupOp):
+            for member in op.ops:  # the caller's savepoint makes the group all or nothing
+                self._apply_op(conn, member, now)
+            return len(op.ops)
         self._check_owner(conn, op.session_id, op.owner)
         if isinstance(op, TruncateOp):
             return self._truncate(conn, op.session_id, op.to_seq, now)
+        if isinstance(op, ReplaceOp):
+            return self._replace(conn, op, now)
         return int(self._delete(conn, op.session_id))
+
+    def _replace(self, conn: apsw.Connection, op: ReplaceOp, now: float) -> int:
+        row = conn.execute("SELECT sid, head FROM sessions WHERE id=?", (op.session_id,)).fetchone()
+        head = 0 if row is None else int(row[1])
+        if op.expected_head is not None and op.expected_head != head:
+            raise ConflictError(op.session_id, op.expected_head, head)
+        if op.from_seq > head:
+            raise InvalidArgumentError(
+                f"session {op.session_id!r}: from_seq {op.from_seq} is past the head {head}"
+            )
+        if row is None:
+            conn.execute(
+                "INSERT INTO sessions(id, created_at, updated_at) VALUES (?,?,?)",
+                (op.session_id, now, now),
+            )
+            sid = conn.last_insert_rowid()
+        else:
+            sid = row[0]
+        self._truncate(conn, op.session_id, op.from_seq, now)
+        self._insert(conn, sid, op.from_seq, op.events, now)
+        return op.from_seq + len(op.events)
+
+    @staticmethod
+    def _insert(
+        conn: apsw.Connection, sid: int, head: int, events: Sequence[PreparedEvent], now: float
+    ) -> None:
+        """Insert ``events`` after ``head`` and move the session's head past them."""
+        if not events:
+            return
+        conn.executemany(
+            "INSERT INTO events(sid, seq, ts, kind, data, run_id) VALUES (?,?,?,?,?,?)",
+            [
+                (sid, head + i, now, ev.kind, ev.data_json, ev.run_id)
+                for i, ev in enumerate(events, start=1)
+            ],
+        )
+        conn.execute(
+            "UPDATE sessions SET head=?, updated_at=? WHERE sid=?", (head + len(events), now, sid)
+        )
 
     def _needs_sync(self) -> bool:
         return self._unsynced and self.synchronous == "normal"
@@ -261,16 +325,8 @@ class SqliteStore:
             sid = conn.last_insert_rowid()
         else:
             sid = row[0]
-        conn.executemany(
-            "INSERT INTO events(sid, seq, ts, kind, data, run_id) VALUES (?,?,?,?,?,?)",
-            [
-                (sid, head + i, now, ev.kind, ev.data_json, ev.run_id)
-                for i, ev in enumerate(events, start=1)
-            ],
-        )
-        new_head = head + len(events)
-        conn.execute("UPDATE sessions SET head=?, updated_at=? WHERE sid=?", (new_head, now, sid))
-        return new_head
+        self._insert(conn, sid, head, events, now)
+        return head + len(events)
 
     @staticmethod
     def _landed(conn: apsw.Connection, sid: int, op: AppendOp, head: int) -> int:
@@ -416,6 +472,18 @@ class SqliteStore:
                 "SELECT sid, head, epoch FROM sessions WHERE id=?", (session_id,)
             ).fetchone()
         return None if row is None else Pin(session_id, row[1], row[0], row[2])
+
+    def find_run(self, session_id: str, run_id: str) -> tuple[int, int] | None:
+        """See :meth:`Store.find_run` (served by the ``events_by_run`` index)."""
+        validate_session_id(session_id)
+        with self._connection("find_run") as conn:
+            row = _one(
+                conn,
+                "SELECT min(seq), max(seq) FROM events "
+                "WHERE sid=(SELECT sid FROM sessions WHERE id=?) AND run_id=?",
+                (session_id, run_id),
+            )
+        return None if row[0] is None else (int(row[0]), int(row[1]))
 
     def refresh_pin(self, pin: Pin) -> Pin:
         """See :meth:`Store.refresh_pin`."""

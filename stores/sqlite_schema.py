@@ -41,7 +41,7 @@ __all__ = [
 #: ``PRAGMA application_id`` of every tidelog database: the bytes "tdlg".
 APPLICATION_ID = 0x74646C67
 #: The schema version this code writes (``PRAGMA user_version``).
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 
 Synchronous = Literal["normal", "full"]
 
@@ -90,7 +90,12 @@ def _create_schema(conn: apsw.Connection) -> None:
     conn.execute(_SCHEMA)
 
 
-MIGRATIONS: dict[int, Callable[[apsw.Connection], None]] = {0: _create_schema}
+def _index_runs(conn: apsw.Connection) -> None:
+    """Version 2: find a run's events without scanning the session (history idempotency)."""
+    conn.execute("CREATE INDEX events_by_run ON events(sid, run_id, seq) WHERE run_id IS NOT NULL")
+
+
+MIGRATIONS: dict[int, Callable[[apsw.Connection], None]] = {0: _create_schema, 1: _index_runs}
 
 
 @contextmanager

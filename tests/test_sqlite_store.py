@@ -702,3 +702,33 @@ def test_errors_are_tidelog_errors() -> None:
     """Every error class the SQLite store raises derives from TidelogError, not apsw.Error."""
     for cls in (StoreBusyError, StoreCorruptError, StoreIOError, UnsupportedFormatError):
         assert issubclass(cls, TidelogError) and not issubclass(cls, apsw.Error)
+
+
+def test_version_1_file_is_migrated_to_current(tmp_path: Path) -> None:
+    """A real version-1 file (no run index) opens, keeps its data and gains the index."""
+    from stores import sqlite_schema
+
+    path = tmp_path / "v1.db"
+    conn = apsw.Connection(str(path))
+    conn.execute("PRAGMA journal_mode=WAL")
+    conn.execute("BEGIN IMMEDIATE")
+    sqlite_schema.MIGRATIONS[0](conn)
+    conn.execute("INSERT INTO sessions(id, head, created_at, updated_at) VALUES ('s', 1, 1.0, 1.0)")
+    conn.execute(
+        "INSERT INTO events(sid, seq, ts, kind, data, run_id) VALUES (1, 1, 1.0, 'k', '1', 'r')"
+    )
+    conn.execute(f"PRAGMA application_id={sqlite_schema.APPLICATION_ID}")
+    conn.execute("PRAGMA user_version=1")
+    conn.execute("COMMIT")
+    conn.close()
+    store = SqliteStore(path)
+    try:
+        assert store.read("s")[0].run_id == "r"
+        assert store.find_run("s", "r") == (1, 1)
+        assert store._conn is not None
+        indexes = [r[0] for r in store._conn.execute("SELECT name FROM sqlite_schema")]
+        assert "events_by_run" in indexes
+        version = store._conn.execute("PRAGMA user_version").fetchone()[0]
+        assert version == sqlite_schema.SCHEMA_VERSION
+    finally:
+        store.close()
