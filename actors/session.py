@@ -36,8 +36,10 @@ from stores import (
     ClosedError,
     ConflictError,
     DeleteOp,
-    OwnershipLostError,
+    InvalidArgumentError,
     PreparedEvent,
+    ReplaceOp,
+    StoreError,
     TidelogError,
     TruncateOp,
     WriteOp,
@@ -46,7 +48,7 @@ from stores import (
 if TYPE_CHECKING:
     from .writer import GroupCommitWriter
 
-__all__ = ["ActorState", "PendingWrite", "SessionActor"]
+__all__ = ["ActorState", "GroupWrite", "PendingWrite", "SessionActor"]
 
 _BACKOFF_MIN = 0.05
 _BACKOFF_MAX = 2.0
@@ -62,7 +64,8 @@ class ActorState(enum.Enum):
 @attrs.define(eq=False)
 class PendingWrite:
     """One accepted write waiting for its commit: an append (seqs ``first..last``), a
-    truncate to ``to_seq`` or a delete."""
+    truncate to ``to_seq``, a replace of everything after ``to_seq`` by ``events``, a
+    delete, or this session's part of an all-or-nothing :class:`GroupWrite`."""
 
     kind: str
     prev: int
@@ -72,6 +75,50 @@ class PendingWrite:
     to_seq: int = 0
     result: int | None = None
     done: bool = False
+    group: GroupWrite | None = None
+
+
+@attrs.define(eq=False)
+class GroupWrite:
+    """Appends to several sessions that commit together or not at all (one GroupOp).
+
+    Each member actor holds its part as a ``"group"`` :class:`PendingWrite`; the writer
+    takes the group when it is at the front of every member's queue."""
+
+    members: list[tuple[SessionActor, PendingWrite]] = attrs.Factory(list)
+
+    @classmethod
+    def enqueue(cls, parts: Sequence[tuple[SessionActor, Sequence[PreparedEvent]]]) -> GroupWrite:
+        """Accept appends to several sessions as one unit (all actors must be distinct)."""
+        if len({id(actor) for actor, _ in parts}) != len(parts):
+            raise ValueError("a group write names one session twice")
+        for actor, _ in parts:
+            actor.check_writable()
+        group = cls()
+        for actor, events in parts:
+            write = PendingWrite(
+                "group",
+                actor.assigned,
+                actor.assigned + 1,
+                actor.assigned + len(events),
+                tuple(events),
+                group=group,
+            )
+            actor.assigned = write.last
+            actor.pending.append(write)
+            group.members.append((actor, write))
+        for actor, _ in parts:
+            actor.writer.submit(actor, urgent=True)
+        return group
+
+    def ready(self, now: float) -> bool:
+        """True when the group is at the front of every member's queue, none in flight."""
+        return all(actor.ready(now) and actor.pending[0] is write for actor, write in self.members)
+
+    async def wait_done(self, failures_before: dict[SessionActor, int]) -> None:
+        """Wait for the group's commit (raises as :meth:`SessionActor.wait_done`)."""
+        for actor, write in self.members:
+            await actor.wait_done(write, failures_before.get(actor, actor.failures))
 
 
 @attrs.define(eq=False)
@@ -149,6 +196,26 @@ class SessionActor:
         self.writer.submit(self, urgent=True)
         return write
 
+    def enqueue_replace(self, from_seq: int, events: Sequence[PreparedEvent]) -> PendingWrite:
+        """Accept a rewrite of everything after ``from_seq`` (behind earlier writes)."""
+        self.check_writable()
+        if from_seq > self.assigned:
+            raise InvalidArgumentError(
+                f"session {self.session_id!r}: from_seq {from_seq} is past the head {self.assigned}"
+            )
+        write = PendingWrite(
+            "replace",
+            self.assigned,
+            from_seq + 1,
+            from_seq + len(events),
+            tuple(events),
+            to_seq=from_seq,
+        )
+        self.assigned = write.last
+        self.pending.append(write)
+        self.writer.submit(self, urgent=True)
+        return write
+
     def enqueue_delete(self) -> PendingWrite:
         """Accept a delete of the whole session behind every earlier write."""
         self.check_writable()
@@ -203,12 +270,29 @@ class SessionActor:
         if not self.pending or self.in_flight:
             return None
         front = self.pending[0]
-        if front.kind == "truncate":
+        if front.kind != "append":
             self.in_flight = 1
+        if front.kind == "truncate":
             return TruncateOp(self.session_id, front.to_seq, owner=self.owner)
         if front.kind == "delete":
-            self.in_flight = 1
             return DeleteOp(self.session_id, owner=self.owner)
+        if front.kind == "replace":
+            return ReplaceOp(
+                self.session_id,
+                front.to_seq,
+                front.events,
+                expected_head=self.committed,
+                owner=self.owner,
+            )
+        if front.kind == "group":
+            return AppendOp(
+                self.session_id,
+                front.events,
+                expected_head=self.committed,
+                owner=self.owner,
+                header_json=self.header_json,
+                retry=self.fault is not None,
+            )
         events: list[PreparedEvent] = []
         count = 0
         for write in self.pending:
@@ -232,16 +316,16 @@ class SessionActor:
         self.in_flight = 0
         if isinstance(result, TidelogError):
             self.pending.extendleft(reversed(taken))
-            if isinstance(result, OwnershipLostError | ConflictError):
-                self.die(result)
+            if isinstance(result, StoreError):
+                self.commit_failed(result, now)  # transient: retried with backoff
             else:
-                self.commit_failed(result, now)
+                self.die(result)  # lost lease, foreign write, bad op: retrying cannot help
             return False
         for write in taken:
             write.done = True
             write.result = result
         front = taken[0]
-        if front.kind == "append":
+        if front.kind in ("append", "replace", "group"):
             self.committed = taken[-1].last
         elif front.kind == "truncate":
             self.committed = front.to_seq

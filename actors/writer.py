@@ -22,7 +22,7 @@ from collections.abc import Callable
 import attrs
 import trio
 
-from stores import ClosedError, TidelogError, WriteOp
+from stores import AppendOp, ClosedError, GroupOp, ReplaceOp, TidelogError, WriteOp
 
 from .lane import StoreLane
 from .session import SessionActor
@@ -41,6 +41,12 @@ class WriterStatistics:
     failed_batches: int
     flushes: int
     fsyncs: int
+
+
+def _event_count(op: WriteOp) -> int:
+    if isinstance(op, GroupOp):
+        return sum(_event_count(member) for member in op.ops)
+    return len(op.events) if isinstance(op, AppendOp | ReplaceOp) else 0
 
 
 class GroupCommitWriter:
@@ -145,21 +151,34 @@ class GroupCommitWriter:
 
     async def _commit_once(self) -> None:
         now = trio.current_time()
-        actors: list[SessionActor] = []
+        targets: list[list[SessionActor]] = []
         ops: list[WriteOp] = []
         for actor in list(self._dirty):
             if len(ops) >= self.max_ops:
                 self._wake.set()
                 break
+            if actor not in self._dirty:
+                continue  # taken as a member of a group already
             if not actor.pending:
                 del self._dirty[actor]
                 continue
             if not actor.ready(now):
                 continue
+            unit = actor.pending[0].group
+            if unit is not None:
+                if not unit.ready(now):
+                    continue  # a member still has earlier writes to commit
+                members = [member for member, _ in unit.members]
+                parts = [member.take_op() for member in members]
+                ops.append(GroupOp(tuple(p for p in parts if isinstance(p, AppendOp))))
+                targets.append(members)
+                for member in members:
+                    self._dirty.pop(member, None)
+                continue
             op = actor.take_op()
             if op is not None:
                 del self._dirty[actor]
-                actors.append(actor)
+                targets.append([actor])
                 ops.append(op)
         sync = self._sync_requested
         if not ops and not sync:
@@ -173,20 +192,22 @@ class GroupCommitWriter:
         except TidelogError as exc:
             self._failed += 1
             now = trio.current_time()
-            for actor in actors:
-                actor.commit_failed(exc, now)
+            for target in targets:
+                for actor in target:
+                    actor.commit_failed(exc, now)
             if sync:
                 self.sync_failed = (number, exc)
         else:
             now = trio.current_time()
             changed: set[str] = set()
-            for actor, result in zip(actors, results, strict=True):
-                if actor.commit_done(result, now):
-                    changed.add(actor.session_id)
+            for target, result in zip(targets, results, strict=True):
+                for actor in target:
+                    if actor.commit_done(result, now):
+                        changed.add(actor.session_id)
                     if actor.pending:
                         self.submit(actor, urgent=True)
             self._batches += 1
-            self._events += sum(len(getattr(op, "events", ())) for op in ops)
+            self._events += sum(_event_count(op) for op in ops)
             if sync:
                 self._fsyncs += 1
                 self.synced_through = number

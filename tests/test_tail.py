@@ -126,18 +126,17 @@ async def test_tail_of_missing_session_raises(rt: Runtime) -> None:
 async def test_runtime_exit_ends_waiting_tail() -> None:
     """A tail waiting for commits gets ClosedError when the runtime closes."""
     errors: list[BaseException] = []
-    async with trio.open_nursery() as nursery:
-        async with open_runtime(MemoryStore()) as rt:
-            async with rt.open_session("s") as w:
-                await w.append([ev(1)])
+    async with trio.open_nursery() as nursery, open_runtime(MemoryStore()) as rt:
+        async with rt.open_session("s") as w:
+            await w.append([ev(1)])
 
-            async def follow() -> None:
-                try:
-                    async for _ in rt.tail("s"):
-                        pass
-                except ClosedError as exc:
-                    errors.append(exc)
+        async def follow() -> None:
+            try:
+                async for _ in rt.tail("s"):
+                    pass
+            except ClosedError as exc:
+                errors.append(exc)
 
-            nursery.start_soon(follow)
-            await trio.testing.wait_all_tasks_blocked()
+        nursery.start_soon(follow)
+        await trio.testing.wait_all_tasks_blocked()
     assert len(errors) == 1
