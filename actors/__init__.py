@@ -3,7 +3,7 @@ supervisor and change notification. Knows stores/, nothing of agents or the runt
 
 from .changes import ChangeHub
 from .lane import StoreLane
-from .session import ActorState, PendingWrite, SessionActor
+from .session import ActorState, GroupWrite, PendingWrite, SessionActor
 from .supervisor import Supervisor
 from .writer import GroupCommitWriter, WriterStatistics
 
@@ -11,6 +11,7 @@ __all__ = [
     "ActorState",
     "ChangeHub",
     "GroupCommitWriter",
+    "GroupWrite",
     "PendingWrite",
     "SessionActor",
     "StoreLane",

@@ -22,6 +22,7 @@ Failure model:
 
 from __future__ import annotations
 
+import contextlib
 import enum
 from collections import deque
 from collections.abc import Sequence
@@ -116,9 +117,15 @@ class GroupWrite:
         return all(actor.ready(now) and actor.pending[0] is write for actor, write in self.members)
 
     async def wait_done(self, failures_before: dict[SessionActor, int]) -> None:
-        """Wait for the group's commit (raises as :meth:`SessionActor.wait_done`)."""
-        for actor, write in self.members:
-            await actor.wait_done(write, failures_before.get(actor, actor.failures))
+        """Wait for the group's commit (raises as :meth:`SessionActor.wait_done`; the
+        error counts as seen for every member, since they failed as one)."""
+        try:
+            for actor, write in self.members:
+                await actor.wait_done(write, failures_before.get(actor, actor.failures))
+        except TidelogError:
+            for actor, _ in self.members:
+                actor.fault_reported = True
+            raise
 
 
 @attrs.define(eq=False)
@@ -248,6 +255,19 @@ class SessionActor:
                 self.fault_reported = True
                 raise self.fault
             await self.writer.wait_progress()
+
+    async def wait_write(self, write: PendingWrite, failures_before: int) -> None:
+        """Wait for ``write``'s commit, all or nothing under cancellation: if cancelled
+        before a batch took it (and nothing was queued behind it) it is withdrawn; else
+        its commit is awaited, shielded, before ``Cancelled`` propagates."""
+        try:
+            await self.wait_done(write, failures_before)
+        except trio.Cancelled:
+            if not self.withdraw(write):
+                with trio.CancelScope(shield=True), contextlib.suppress(TidelogError):
+                    # A failure leaves it queued for retry (or fenced): the head says which.
+                    await self.wait_done(write, failures_before)
+            raise
 
     async def wait_committed(self, target: int, failures_before: int) -> None:
         """Wait until every write accepted up to now is committed (see :meth:`wait_done`).

@@ -10,6 +10,8 @@ from stores import (
     MemoryStore,
     NewEvent,
     OwnershipLostError,
+    RunExistsError,
+    RunNotFoundError,
     SessionExistsError,
     SessionInfo,
     SessionNotFoundError,
@@ -26,29 +28,67 @@ from stores import (
     UnsupportedFormatError,
 )
 
+from .checkpoints import (
+    Checkpointer,
+    CheckpointOptions,
+    MemoryCheckpointer,
+    RunHead,
+    RunInfo,
+    RunSnapshot,
+    RuntimeCheckpointer,
+    begin_run,
+)
+from .completion import complete_run
 from .handles import SessionReader, SessionWriter
+from .history import History, MemoryHistory, RuntimeHistory, Segment
 from .runtime import Runtime, RuntimeStatistics, open_runtime
 from .snapshot import Snapshot
 from .tail import Tail
+from .transcript import (
+    AssistantMessage,
+    Entry,
+    SidecarEntry,
+    ToolCall,
+    ToolResult,
+    UserMessage,
+    drop_dangling_tool_calls,
+    pending_tool_calls,
+)
 
 __all__ = [
     "JSON",
+    "AssistantMessage",
+    "CheckpointOptions",
+    "Checkpointer",
     "ClosedError",
     "ConflictError",
+    "Entry",
+    "History",
     "InvalidArgumentError",
     "InvalidEventError",
     "InvalidSessionIdError",
+    "MemoryCheckpointer",
+    "MemoryHistory",
     "MemoryStore",
     "NewEvent",
     "OwnershipLostError",
+    "RunExistsError",
+    "RunHead",
+    "RunInfo",
+    "RunNotFoundError",
+    "RunSnapshot",
     "Runtime",
+    "RuntimeCheckpointer",
+    "RuntimeHistory",
     "RuntimeStatistics",
+    "Segment",
     "SessionExistsError",
     "SessionInfo",
     "SessionNotFoundError",
     "SessionOwnedError",
     "SessionReader",
     "SessionWriter",
+    "SidecarEntry",
     "Snapshot",
     "SnapshotExpiredError",
     "SqliteStore",
@@ -60,6 +100,13 @@ __all__ = [
     "StoredEvent",
     "Tail",
     "TidelogError",
+    "ToolCall",
+    "ToolResult",
     "UnsupportedFormatError",
+    "UserMessage",
+    "begin_run",
+    "complete_run",
+    "drop_dangling_tool_calls",
     "open_runtime",
+    "pending_tool_calls",
 ]

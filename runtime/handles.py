@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import contextlib
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 import trio
 
-from actors import PendingWrite, SessionActor
+from actors import SessionActor
 from stores import (
     ClosedError,
     NewEvent,
@@ -23,19 +22,6 @@ if TYPE_CHECKING:
     from .runtime import Runtime
 
 __all__ = ["SessionReader", "SessionWriter"]
-
-
-async def _wait_all_or_nothing(actor: SessionActor, write: PendingWrite, failures: int) -> None:
-    """Wait for ``write``'s commit. On cancellation: withdraw it if no commit took it yet,
-    else wait for that commit (shielded) -- so a cancelled write is all or nothing."""
-    try:
-        await actor.wait_done(write, failures)
-    except trio.Cancelled:
-        if not actor.withdraw(write):
-            with trio.CancelScope(shield=True), contextlib.suppress(TidelogError):
-                # A failure leaves it queued for retry (or fenced): head() says which.
-                await actor.wait_done(write, failures)
-        raise
 
 
 class SessionWriter:
@@ -93,7 +79,7 @@ class SessionWriter:
         if write is None:
             await trio.lowlevel.cancel_shielded_checkpoint()
             return actor.assigned
-        await _wait_all_or_nothing(actor, write, failures)
+        await actor.wait_write(write, failures)
         return write.last
 
     def append_nowait(
@@ -143,7 +129,7 @@ class SessionWriter:
         if write is None:
             await trio.lowlevel.cancel_shielded_checkpoint()
             return 0
-        await _wait_all_or_nothing(actor, write, failures)
+        await actor.wait_write(write, failures)
         return write.result or 0
 
     async def read(

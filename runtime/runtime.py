@@ -31,11 +31,15 @@ from stores.records import check_count, validate_header
 from stores.sqlite_schema import Synchronous
 
 from ._errors import plain_errors
+from .checkpoints import RuntimeCheckpointer
 from .handles import SessionReader, SessionWriter
+from .history import RuntimeHistory
 from .snapshot import Snapshot
 from .tail import Tail
 
 __all__ = ["Runtime", "RuntimeStatistics", "open_runtime"]
+
+_PAGE = 1000
 
 
 @attrs.frozen
@@ -71,10 +75,29 @@ class Runtime:
         self._read_lane = read_lane
         self._hub = hub
         self._closed = False
+        self._checkpoints: RuntimeCheckpointer | None = None
+        self._history: RuntimeHistory | None = None
 
     def _check_open(self) -> None:
         if self._closed:
             raise ClosedError("the runtime was closed")
+
+    # -- conversations and runs ----------------------------------------------------------
+
+    @property
+    def checkpoints(self) -> RuntimeCheckpointer:
+        """Run checkpoints kept on this runtime (run ``R`` is session ``run:R``)."""
+        if self._checkpoints is None:
+            self._checkpoints = RuntimeCheckpointer(self)
+        return self._checkpoints
+
+    @property
+    def history(self) -> RuntimeHistory:
+        """Conversation history on this runtime (rewinds delete ``checkpoints`` of the
+        rewound runs; trimmed outputs are archived)."""
+        if self._history is None:
+            self._history = RuntimeHistory(self, checkpointer=self.checkpoints)
+        return self._history
 
     # -- sessions ----------------------------------------------------------------------
 
@@ -199,7 +222,22 @@ class Runtime:
             w.fsyncs,
         )
 
-    # -- internals shared by handles ---------------------------------------------------
+    # -- internals shared by handles, history and checkpoints ---------------------------
+
+    @asynccontextmanager
+    async def _using(
+        self, session_id: str, *, header: dict[str, JSON] | None = None
+    ) -> AsyncIterator[SessionActor]:
+        """Attach to the session's actor (creating the session with ``header`` if missing)
+        as an internal user: it shares the actor with an open writer handle, if any."""
+        self._check_open()
+        actor = await self._supervisor.acquire(
+            session_id, header_json=validate_header(header), exclusive=False
+        )
+        try:
+            yield actor
+        finally:
+            self._supervisor.release(actor, exclusive=False)
 
     async def _flush_actors(self, actors: Sequence[SessionActor]) -> None:
         waits = []
@@ -233,6 +271,16 @@ class Runtime:
                 session_id, since_seq=since_seq, until_seq=until_seq, limit=limit, pin=pin
             )
         )
+
+    async def _read_all(self, session_id: str, *, since_seq: int = 0) -> list[StoredEvent]:
+        """Every committed event after ``since_seq``, read page by page."""
+        events: list[StoredEvent] = []
+        while True:
+            page = await self._read(session_id, since_seq, None, _PAGE)
+            events.extend(page)
+            if len(page) < _PAGE:
+                return events
+            since_seq = page[-1].seq
 
     async def _head(self, session_id: str) -> int:
         self._check_open()

@@ -23,6 +23,8 @@ __all__ = [
     "InvalidSessionIdError",
     "OwnershipLostError",
     "ReadOnlyError",
+    "RunExistsError",
+    "RunNotFoundError",
     "SessionExistsError",
     "SessionNotFoundError",
     "SessionOwnedError",
@@ -169,6 +171,29 @@ class SnapshotExpiredError(TidelogError):
         self.session_id = session_id
         self.as_of_seq = as_of_seq
         super().__init__(f"snapshot of session {session_id!r} at seq {as_of_seq} expired: {reason}")
+
+
+class RunExistsError(TidelogError):
+    """A run was started with ``if_run_exists="fail"`` but a checkpoint for its run_id is
+    stored (whatever its status). Nothing changed. Pick another run_id, or another policy.
+    ``run_id`` and ``status`` name what was found."""
+
+    def __init__(self, run_id: str, status: str) -> None:
+        self.run_id = run_id
+        self.status = status
+        super().__init__(f"run {run_id!r} already has a checkpoint (status {status})")
+
+
+class RunNotFoundError(TidelogError, KeyError):
+    """``if_run_exists="resume_only"`` found no checkpoint for the run_id. Nothing changed.
+    Also a :class:`KeyError`."""
+
+    def __init__(self, run_id: str) -> None:
+        self.run_id = run_id
+        super().__init__(run_id)
+
+    def __str__(self) -> str:
+        return f"no checkpoint is stored for run {self.run_id!r}"
 
 
 class UnsupportedFormatError(TidelogError):
