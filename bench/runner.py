@@ -1,0 +1,206 @@
+"""Run the selected cases round by round and reduce them to table rows.
+
+Every round runs every selected case once, each in a fresh temporary directory; the start
+of the order rotates by one case per round, so no system always runs first or last on a
+machine whose speed drifts. Values are medians over the rounds. A ratio is paired by
+round: the median over rounds of (this round's value / the reference's value in the same
+round), which cancels drift between rounds; the JSON also keeps the ratio of the medians.
+"""
+
+from __future__ import annotations
+
+import gc
+import math
+import re
+import statistics
+import sys
+import traceback
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+from .core import CASES, ROWS, CaseContext, Metrics, Row
+
+__all__ = [
+    "CaseResult",
+    "RowResult",
+    "evaluate",
+    "run_cases",
+    "select_rows",
+    "workloads",
+]
+
+
+@dataclass
+class CaseResult:
+    """All rounds of one case."""
+
+    key: str
+    system: str
+    #: One entry per round: its metrics, or None if the case failed (or did not run).
+    rounds: list[Metrics | None] = field(default_factory=list)
+    errors: list[str] = field(default_factory=list)
+    missing: list[str] = field(default_factory=list)
+
+    def value(self, round_index: int, metric: str) -> float | None:
+        """One round's value, None if missing or NaN."""
+        if round_index >= len(self.rounds):
+            return None
+        metrics = self.rounds[round_index]
+        value = None if metrics is None else metrics.get(metric)
+        return None if value is None or math.isnan(value) else value
+
+    def values(self, metric: str) -> list[float]:
+        return [m[metric] for m in self.rounds if m is not None and metric in m]
+
+    def median(self, metric: str) -> float | None:
+        values = [v for v in self.values(metric) if not math.isnan(v)]
+        return statistics.median(values) if values else None
+
+
+@dataclass(frozen=True)
+class RowResult:
+    """One evaluated table row."""
+
+    row: Row
+    system: str
+    value: float | None
+    rounds: list[float]
+    reference_system: str | None
+    reference_value: float | None
+    ratio: float | None
+    status: str
+    #: The unpaired ratio (median value / median reference value), kept in the JSON.
+    ratio_of_medians: float | None = None
+
+
+def _workload_key(name: str) -> tuple[str, int, str]:
+    """Natural order: W2 < W4 < W10."""
+    match = re.fullmatch(r"([^\d]*)(\d*)(.*)", name)
+    assert match is not None
+    prefix, number, rest = match.groups()
+    return prefix.upper(), int(number) if number else -1, rest
+
+
+def _ordered_rows() -> list[Row]:
+    return sorted(ROWS, key=lambda r: _workload_key(r.workload))
+
+
+def workloads() -> list[str]:
+    """Workload names that have rows, in table order."""
+    return list(dict.fromkeys(r.workload for r in _ordered_rows()))
+
+
+def select_rows(only: Sequence[str] | None) -> list[Row]:
+    """The rows of the ``only`` workloads (all if None). Raises ValueError for an unknown
+    workload or a row naming an unregistered case."""
+    known = workloads()
+    if only:
+        wanted = {w.strip().upper() for w in only if w.strip()}
+        unknown = wanted - {w.upper() for w in known}
+        if unknown:
+            raise ValueError(
+                f"unknown workload(s) {', '.join(sorted(unknown))}; known: {', '.join(known)}"
+            )
+        selected = [r for r in _ordered_rows() if r.workload.upper() in wanted]
+    else:
+        selected = _ordered_rows()
+    for row in selected:
+        for key in row.cases():
+            if key not in CASES:
+                raise ValueError(f"row {row.label!r} names unregistered case {key!r}")
+    return selected
+
+
+def run_cases(
+    keys: Sequence[str],
+    *,
+    scale: float,
+    rounds: int,
+    log: Callable[[str], None] = lambda s: print(s, file=sys.stderr, flush=True),
+) -> dict[str, CaseResult]:
+    """Run ``keys`` for ``rounds`` rounds, interleaved. A failing case is recorded (its
+    traceback is logged) and the run goes on."""
+    results = {k: CaseResult(k, CASES[k].system) for k in keys}
+    runnable: list[str] = []
+    for key in keys:
+        missing = CASES[key].missing()
+        if missing:
+            results[key].missing = missing
+            log(f"skip {key}: not installed ({', '.join(missing)})")
+        else:
+            runnable.append(key)
+    for r in range(rounds):
+        shift = r % len(runnable) if runnable else 0
+        order = runnable[shift:] + runnable[:shift]
+        for key in order:
+            result = results[key]
+            gc.collect()
+            try:
+                metrics = CASES[key].run(CaseContext(scale))
+            except Exception as exc:
+                result.errors.append(f"round {r + 1}: {type(exc).__name__}: {exc}")
+                result.rounds.append(None)
+                log(f"round {r + 1}/{rounds} {key}: ERROR\n{traceback.format_exc()}")
+                continue
+            result.rounds.append(metrics)
+            log(f"round {r + 1}/{rounds} {key}: {_summary(metrics)}")
+    return results
+
+
+def _summary(metrics: Metrics) -> str:
+    shown = [k for k in metrics if not k.endswith(("_samples", "elapsed_s"))][:5]
+    return ", ".join(f"{k}={metrics[k]:.4g}" for k in shown)
+
+
+def evaluate(selected: Sequence[Row], results: dict[str, CaseResult]) -> list[RowResult]:
+    """Medians, ratios and target status for every selected row."""
+    out: list[RowResult] = []
+    for row in selected:
+        result = results[row.case]
+        value = result.median(row.metric)
+        ref_system = ref_value = ratio = ratio_of_medians = None
+        if row.reference is not None:
+            ref_result = results[row.reference[0]]
+            ref_system = row.reference_label or ref_result.system
+            ref_value = ref_result.median(row.reference[1])
+            if value is not None and ref_value:
+                ratio_of_medians = value / ref_value
+            ratio = _paired_ratio(result, ref_result, row.metric, row.reference[1])
+        if result.missing:
+            status = "not installed"
+        elif result.errors and value is None:
+            status = "ERROR"
+        elif row.target is None:
+            status = row.note or "-"
+        elif value is None:
+            status = "no data"
+        else:
+            met = row.target.met(value, ratio)
+            status = "n/a (no reference)" if met is None else "met" if met else "MISSED"
+        out.append(
+            RowResult(
+                row,
+                result.system,
+                value,
+                result.values(row.metric),
+                ref_system,
+                ref_value,
+                ratio,
+                status,
+                ratio_of_medians,
+            )
+        )
+    return out
+
+
+def _paired_ratio(
+    result: CaseResult, reference: CaseResult, metric: str, ref_metric: str
+) -> float | None:
+    """Median over rounds of value / reference value in the same round."""
+    ratios = []
+    for i in range(max(len(result.rounds), len(reference.rounds))):
+        value = result.value(i, metric)
+        ref = reference.value(i, ref_metric)
+        if value is not None and ref:
+            ratios.append(value / ref)
+    return statistics.median(ratios) if ratios else None

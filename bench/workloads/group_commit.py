@@ -1,0 +1,293 @@
+"""W2 (and W9 during W2): many sessions appending concurrently, each append awaited.
+
+100 trio tasks, one per session, each awaits 50 appends of one event (the payload). The
+timed region starts when every task holds its session open and ends when the last append
+returned; opening and closing sessions is outside it. A :class:`~bench.core.LagProbe`
+runs during the timed region of every system (W9). One measurement is :data:`REPEATS`
+back-to-back repetitions, each in a fresh database: events/s is total events over total
+timed seconds, lag percentiles are over the pooled samples.
+
+Systems:
+
+* ``raw apsw group-commit``: the physical reference. One writer trio task drains the queue
+  of all tasks and commits every queued row in one transaction per thread hop
+  (``trio.to_thread.run_sync`` with a ``CapacityLimiter(1)``); each task awaits its own
+  commit. Run at ``synchronous=FULL`` (the issue's reference) and ``NORMAL`` (like for like
+  with tidelog's default).
+* ``tidelog``: ``open_runtime(path, synchronous=...)``, one ``SessionWriter`` per task,
+  ``await w.append([NewEvent("message", PAYLOAD)])``.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal
+
+import apsw
+import trio
+
+from runtime import NewEvent, SessionWriter, open_runtime
+
+from ..core import PAYLOAD, CaseContext, LagProbe, Metrics, Row, Target, case, encode_payload, rows
+from ..raw import RawSync, insert_rows, open_raw
+
+__all__ = ["REPEATS", "shape"]
+
+
+#: Back-to-back repetitions of the workload per measurement (one timed region of 100 x 50
+#: lasts ~0.2 s: too few lag samples for a p99 on its own).
+REPEATS = 5
+
+
+def shape(ctx: CaseContext) -> tuple[int, int]:
+    """(sessions, appends per session): 100 x 50 at scale 1. The 100-way concurrency is
+    the point of the workload, so a scale above 1 only adds appends; below 1 both shrink."""
+    sessions = 100 if ctx.scale >= 1 else max(2, round(100 * ctx.scale))
+    return sessions, ctx.n(50)
+
+
+class _Gate:
+    """Start every client together; note when the last one finished."""
+
+    def __init__(self, clients: int) -> None:
+        self.clients = clients
+        self._ready = 0
+        self.all_ready = trio.Event()
+        self.go = trio.Event()
+        self._finished = 0
+        self.all_done = trio.Event()
+        self.end = 0.0
+        self.leave = trio.Event()
+
+    async def arrive(self) -> None:
+        self._ready += 1
+        if self._ready == self.clients:
+            self.all_ready.set()
+        await self.go.wait()
+
+    def done(self) -> None:
+        self._finished += 1
+        if self._finished == self.clients:
+            self.end = time.perf_counter()
+            self.all_done.set()
+
+
+async def _timed(gate: _Gate, spawn: Callable[[trio.Nursery], None]) -> tuple[float, LagProbe]:
+    """Spawn the clients, start them together, return (elapsed, probe)."""
+    probe = LagProbe()
+    async with trio.open_nursery() as nursery:
+        spawn(nursery)
+        await gate.all_ready.wait()
+        async with trio.open_nursery() as probe_nursery:
+            await probe_nursery.start(probe.run)
+            start = time.perf_counter()
+            gate.go.set()
+            await gate.all_done.wait()
+            probe_nursery.cancel_scope.cancel()
+        gate.leave.set()
+    return gate.end - start, probe
+
+
+@dataclass(frozen=True)
+class _Run:
+    """One repetition: timed seconds, events appended, batches (commits) and the events
+    they carried, lag samples."""
+
+    elapsed: float
+    events: int
+    batches: int
+    batch_events: int
+    lag: list[float]
+
+
+def _repeat(ctx: CaseContext, once: Callable[[Path], _Run]) -> Metrics:
+    """Run :data:`REPEATS` repetitions, each in a fresh directory; pool them."""
+    runs: list[_Run] = []
+    for _ in range(REPEATS):
+        with ctx.fresh_dir() as d:
+            runs.append(once(d))
+    elapsed = sum(r.elapsed for r in runs)
+    events = sum(r.events for r in runs)
+    batches = sum(r.batches for r in runs)
+    probe = LagProbe()
+    probe.samples = [x for r in runs for x in r.lag]
+    return {
+        "events_per_s": events / elapsed,
+        "elapsed_s": elapsed,
+        "events": float(events),
+        "batches": float(batches),
+        "mean_batch": sum(r.batch_events for r in runs) / batches if batches else 0.0,
+        **probe.metrics(),
+    }
+
+
+# -- raw apsw group-commit loop -------------------------------------------------------------
+
+
+class _RawGroupCommit:
+    """One writer task commits everything queued, one transaction per thread hop."""
+
+    def __init__(self, conn: apsw.Connection) -> None:
+        self._conn = conn
+        self._limiter = trio.CapacityLimiter(1)
+        self._queue: list[tuple[str, int, str]] = []
+        self._waiters: list[trio.Event] = []
+        self._wake = trio.Event()
+        self.batches = 0
+        self.rows = 0
+
+    async def run_writer(self) -> None:
+        while True:
+            await self._wake.wait()
+            self._wake = trio.Event()
+            batch, waiters = self._queue, self._waiters
+            self._queue, self._waiters = [], []
+            await trio.to_thread.run_sync(insert_rows, self._conn, batch, limiter=self._limiter)
+            self.batches += 1
+            self.rows += len(batch)
+            for waiter in waiters:
+                waiter.set()
+
+    async def append(self, session: str, seq: int, payload: object) -> None:
+        data = encode_payload(payload)
+        committed = trio.Event()
+        self._queue.append((session, seq, data))
+        self._waiters.append(committed)
+        self._wake.set()
+        await committed.wait()
+
+
+async def _raw_main(path: Path, synchronous: RawSync, sessions: int, appends: int) -> _Run:
+    conn = open_raw(path, synchronous)
+    try:
+        loop = _RawGroupCommit(conn)
+        gate = _Gate(sessions)
+
+        async def client(session: str) -> None:
+            await gate.arrive()
+            for seq in range(1, appends + 1):
+                await loop.append(session, seq, PAYLOAD)
+            gate.done()
+
+        def spawn(nursery: trio.Nursery) -> None:
+            for i in range(sessions):
+                nursery.start_soon(client, f"session-{i}")
+
+        async with trio.open_nursery() as writer_nursery:
+            writer_nursery.start_soon(loop.run_writer)
+            elapsed, probe = await _timed(gate, spawn)
+            writer_nursery.cancel_scope.cancel()
+    finally:
+        conn.close()
+    return _Run(elapsed, sessions * appends, loop.batches, loop.rows, probe.samples)
+
+
+def _raw_case(synchronous: RawSync) -> Callable[[CaseContext], Metrics]:
+    def run(ctx: CaseContext) -> Metrics:
+        sessions, appends = shape(ctx)
+        return _repeat(
+            ctx, lambda d: trio.run(_raw_main, d / "raw.db", synchronous, sessions, appends)
+        )
+
+    return run
+
+
+# -- tidelog --------------------------------------------------------------------------------
+
+
+Level = Literal["normal", "full"]
+
+
+async def _tidelog_main(path: Path, synchronous: Level, sessions: int, appends: int) -> _Run:
+    async with open_runtime(path, synchronous=synchronous) as rt:
+        gate = _Gate(sessions)
+
+        async def client(session: str) -> None:
+            async with rt.open_session(session, mode="write") as w:
+                assert isinstance(w, SessionWriter)
+                await gate.arrive()
+                for _ in range(appends):
+                    await w.append([NewEvent("message", PAYLOAD)])
+                gate.done()
+                await gate.leave.wait()
+
+        def spawn(nursery: trio.Nursery) -> None:
+            for i in range(sessions):
+                nursery.start_soon(client, f"session-{i}")
+
+        before = rt.statistics()
+        elapsed, probe = await _timed(gate, spawn)
+        after = rt.statistics()
+    return _Run(
+        elapsed,
+        sessions * appends,
+        after.batches_committed - before.batches_committed,
+        after.events_committed - before.events_committed,
+        probe.samples,
+    )
+
+
+def _tidelog_case(synchronous: Level) -> Callable[[CaseContext], Metrics]:
+    def run(ctx: CaseContext) -> Metrics:
+        sessions, appends = shape(ctx)
+        return _repeat(
+            ctx,
+            lambda d: trio.run(_tidelog_main, d / "tidelog.db", synchronous, sessions, appends),
+        )
+
+    return run
+
+
+# -- registration ---------------------------------------------------------------------------
+
+_LEVELS: tuple[tuple[Level, RawSync], ...] = (("full", "FULL"), ("normal", "NORMAL"))
+
+for _level, _raw_level in _LEVELS:
+    case(f"W2/raw-{_level}", system=f"raw apsw group-commit ({_raw_level})")(_raw_case(_raw_level))
+    case(f"W2/tidelog-{_level}", system=f"tidelog (synchronous={_level})")(_tidelog_case(_level))
+
+_W2 = "W2 100 sessions x 50 awaited appends"
+_W9 = "W9 loop lag during W2"
+_RATE = "events_per_s"
+for _level, _raw_level in _LEVELS:
+    _raw = f"W2/raw-{_level}"
+    _tl = f"W2/tidelog-{_level}"
+    rows(
+        Row("W2", f"{_W2}, {_raw_level}", _raw, _RATE, "events/s", note="reference"),
+        Row(
+            "W2",
+            f"{_W2}, {_raw_level}",
+            _tl,
+            _RATE,
+            "events/s",
+            reference=(_raw, _RATE),
+            target=Target("ratio", ">=", 0.8),
+        ),
+    )
+for _level, _raw_level in _LEVELS:
+    _raw = f"W2/raw-{_level}"
+    _tl = f"W2/tidelog-{_level}"
+    rows(
+        Row("W9", f"{_W9} {_raw_level}: p99", _raw, "lag_p99_ms", "ms", note="reference"),
+        Row(
+            "W9",
+            f"{_W9} {_raw_level}: p99",
+            _tl,
+            "lag_p99_ms",
+            "ms",
+            reference=(_raw, "lag_p99_ms"),
+            target=Target("value", "<=", 2.0),
+        ),
+        Row("W9", f"{_W9} {_raw_level}: max", _raw, "lag_max_ms", "ms", note="reference"),
+        Row(
+            "W9",
+            f"{_W9} {_raw_level}: max",
+            _tl,
+            "lag_max_ms",
+            "ms",
+            reference=(_raw, "lag_max_ms"),
+        ),
+    )
