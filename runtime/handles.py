@@ -133,11 +133,18 @@ class SessionWriter:
         return write.result or 0
 
     async def read(
-        self, *, since_seq: int = 0, until_seq: int | None = None, limit: int | None = None
+        self,
+        *,
+        since_seq: int = 0,
+        until_seq: int | None = None,
+        limit: int | None = None,
+        from_end: bool = False,
     ) -> list[StoredEvent]:
         """Read committed events (see :meth:`SessionReader.read`)."""
         self._live_actor()
-        return await self._runtime._read(self.session_id, since_seq, until_seq, limit)
+        return await self._runtime._read(
+            self.session_id, since_seq, until_seq, limit, from_end=from_end
+        )
 
     async def aclose(self) -> None:
         """Commit what is queued, then give up ownership. Idempotent; not cancellable.
@@ -184,14 +191,22 @@ class SessionReader:
             raise ClosedError(f"the reader of session {self.session_id!r} was closed")
 
     async def read(
-        self, *, since_seq: int = 0, until_seq: int | None = None, limit: int | None = None
+        self,
+        *,
+        since_seq: int = 0,
+        until_seq: int | None = None,
+        limit: int | None = None,
+        from_end: bool = False,
     ) -> list[StoredEvent]:
-        """Committed events with ``since_seq < seq <= until_seq``, at most ``limit``.
+        """Committed events with ``since_seq < seq <= until_seq``, at most ``limit`` (the
+        newest ``limit`` with ``from_end=True``), in seq order. One thread hop.
 
         Raises: :class:`InvalidArgumentError` for negative/non-int bounds,
         :class:`ClosedError`, store errors."""
         self._check()
-        return await self._runtime._read(self.session_id, since_seq, until_seq, limit)
+        return await self._runtime._read(
+            self.session_id, since_seq, until_seq, limit, from_end=from_end
+        )
 
     async def head(self) -> int:
         """The committed head (0 if the session is empty or was deleted)."""

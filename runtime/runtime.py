@@ -260,6 +260,7 @@ class Runtime:
         limit: int | None,
         *,
         pin: Pin | None = None,
+        from_end: bool = False,
     ) -> list[StoredEvent]:
         self._check_open()
         check_seq(since_seq, "since_seq")
@@ -268,7 +269,12 @@ class Runtime:
         store = self._read_lane.store
         return await self._read_lane.run(
             lambda: store.read(
-                session_id, since_seq=since_seq, until_seq=until_seq, limit=limit, pin=pin
+                session_id,
+                since_seq=since_seq,
+                until_seq=until_seq,
+                limit=limit,
+                pin=pin,
+                from_end=from_end,
             )
         )
 

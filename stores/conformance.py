@@ -1090,6 +1090,15 @@ class StoreConformance:
         assert store.write_batch([AppendOp("s", events, expected_head=0, retry=True)]) == [3]
         assert [e.data for e in store.read("s")] == [{"i": i, "tag": "z"} for i in range(3)]
 
+    def test_read_from_end_takes_the_newest(self, store: Store) -> None:
+        """from_end=True takes the last ``limit`` events of the window, in seq order."""
+        store.append("s", _events(10))
+        assert _seqs(store.read("s", limit=3, from_end=True)) == [8, 9, 10]
+        assert _seqs(store.read("s", until_seq=5, limit=2, from_end=True)) == [4, 5]
+        assert _seqs(store.read("s", since_seq=8, limit=5, from_end=True)) == [9, 10]
+        assert _seqs(store.read("s", from_end=True)) == list(range(1, 11))
+        assert store.read("s", limit=0, from_end=True) == []
+
     def test_replace_op_rewrites_tail_atomically(self, store: Store) -> None:
         """ReplaceOp removes the events after from_seq and appends new ones in one step."""
         store.append("s", _events(5))

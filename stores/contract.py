@@ -156,10 +156,12 @@ def _check_member(op: object, *, in_group: bool) -> None:
         return
     validate_session_id(op.session_id)
     if isinstance(op, AppendOp | ReplaceOp):
-        check_seq(op.expected_head, "expected_head", allow_none=True)
-        for index, event in enumerate(op.events):
-            if not isinstance(event, PreparedEvent):
-                raise InvalidEventError(index, None, "op events must be PreparedEvent")
+        if op.expected_head is not None:
+            check_seq(op.expected_head, "expected_head")
+        if not all(type(event) is PreparedEvent for event in op.events):
+            for index, event in enumerate(op.events):
+                if not isinstance(event, PreparedEvent):
+                    raise InvalidEventError(index, None, "op events must be PreparedEvent")
     if isinstance(op, TruncateOp):
         check_seq(op.to_seq, "to_seq")
     if isinstance(op, ReplaceOp):
@@ -237,11 +239,14 @@ class Store(Protocol):
         until_seq: int | None = None,
         limit: int | None = None,
         pin: Pin | None = None,
+        from_end: bool = False,
     ) -> list[StoredEvent]:
         """Events with ``since_seq < seq <= until_seq`` in seq order, at most ``limit``.
 
         Unknown id: ``[]``. With ``pin``, the read is clamped to ``pin.as_of_seq`` and
-        raises :class:`SnapshotExpiredError` if the pinned version was destroyed."""
+        raises :class:`SnapshotExpiredError` if the pinned version was destroyed. With
+        ``from_end=True`` the ``limit`` events taken are the *last* of the window (still
+        returned in seq order): "the newest n events" in one call."""
         ...
 
     def refresh_pin(self, pin: Pin) -> Pin:

@@ -305,6 +305,7 @@ class MemoryStore:
         until_seq: int | None = None,
         limit: int | None = None,
         pin: Pin | None = None,
+        from_end: bool = False,
     ) -> list[StoredEvent]:
         """See :meth:`Store.read`."""
         validate_session_id(session_id)
@@ -319,9 +320,12 @@ class MemoryStore:
             if session is None:
                 return []
             stop = len(session.rows) if until_seq is None else min(until_seq, len(session.rows))
-            if limit is not None:
+            start = since_seq
+            if limit is not None and from_end:
+                start = max(start, stop - limit)
+            elif limit is not None:
                 stop = min(stop, since_seq + limit)
-            rows = session.rows[since_seq:stop] if since_seq < stop else []
+            rows = session.rows[start:stop] if start < stop else []
         return events_from_rows(session_id, rows)
 
     def head(self, session_id: str) -> int:

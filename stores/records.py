@@ -129,12 +129,36 @@ def validate_session_id(session_id: object) -> str:
     return session_id
 
 
+_SCALARS = (str, int, float, bool, type(None))
+_SCALAR_TYPES = frozenset(_SCALARS)
+
+
+def _exactness_problem(value: object) -> str | None:
+    """Find what the C encoder would silently convert: a tuple (becomes an array) or a
+    dict key that is not a ``str`` (becomes a string). Runs after encoding succeeded, so
+    the value has no cycles and only JSON-encodable types; iterative, so depth is free."""
+    scalar = _SCALAR_TYPES
+    stack = [value]
+    while stack:
+        current = stack.pop()
+        if isinstance(current, dict):
+            for key, item in current.items():
+                if type(key) is not str and not isinstance(key, str):
+                    return f"dict key {key!r} is not a str"
+                if type(item) not in scalar:
+                    stack.append(item)
+        elif isinstance(current, list):
+            stack.extend(item for item in current if type(item) not in scalar)
+        elif isinstance(current, tuple):
+            return "a tuple is not JSON (use a list)"
+    return None
+
+
 def _exact_json_text(value: object, index: int | None, kind: object) -> str:
     """Encode ``value`` as canonical JSON, refusing anything that is not exactly JSON.
 
-    The C encoder silently turns tuples into arrays and int/None/bool keys into strings;
-    decoding the text again and comparing catches both (a tuple never equals a list, an
-    int key never equals its string).
+    The C encoder refuses NaN/inf, cycles and foreign types, but silently turns tuples
+    into arrays and int/None/bool keys into strings; a structural pass catches both.
     """
     try:
         text = _ENCODER.encode(value)
@@ -142,19 +166,15 @@ def _exact_json_text(value: object, index: int | None, kind: object) -> str:
         raise InvalidEventError(index, kind, f"data is not JSON: {exc}") from None
     except RecursionError:
         raise InvalidEventError(index, kind, "data is nested too deeply") from None
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError:
-        raise InvalidEventError(index, kind, "data contains lone surrogates") from None
-    if not (value is None or isinstance(value, bool | str)):
+    if type(value) not in _SCALAR_TYPES:
+        problem = _exactness_problem(value)
+        if problem is not None:
+            raise InvalidEventError(index, kind, f"data is not exactly JSON: {problem}")
+    if not text.isascii():
         try:
-            same = _DECODER.decode(text) == value
-        except RecursionError:
-            raise InvalidEventError(index, kind, "data is nested too deeply") from None
-        if not same:
-            raise InvalidEventError(
-                index, kind, "data is not exactly JSON (tuple, non-str dict key or a subclass)"
-            )
+            text.encode("utf-8")
+        except UnicodeEncodeError:
+            raise InvalidEventError(index, kind, "data contains lone surrogates") from None
     return text
 
 

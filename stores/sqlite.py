@@ -49,6 +49,7 @@ from .records import (
     check_count,
     check_seq,
     decode_json,
+    encode_json,
     events_from_rows,
     prepare_events,
     validate_header,
@@ -66,6 +67,13 @@ def _one(conn: apsw.Connection, sql: str, args: tuple[Any, ...] = ()) -> tuple[A
     row = conn.execute(sql, args).fetchone()
     assert row is not None, sql
     return tuple(row)
+
+
+def _plain_appends(ops: Sequence[WriteOp]) -> bool:
+    """True for a batch of appends to distinct sessions (the group-commit fast path)."""
+    if not all(isinstance(op, AppendOp) for op in ops):
+        return False
+    return len({op.session_id for op in ops}) == len(ops)
 
 
 def _session_ids(op: WriteOp) -> list[str]:
@@ -207,7 +215,13 @@ class SqliteStore:
             # Nothing to write and nothing to make durable: checks only, no transaction.
             with self._connection("write_batch") as conn:
                 return [self._check_op(conn, op) for op in ops]  # type: ignore[arg-type]
-        results: list[BatchResult] = []
+        if _plain_appends(ops):
+            with self._write("write_batch", sync=sync) as conn:
+                results = self._append_many(conn, ops, time.time())  # type: ignore[arg-type]
+                if not writes:
+                    conn.execute("UPDATE meta SET value=value+1 WHERE key='sync_epoch'")
+                return results
+        results = []
         failed: dict[str, TidelogError] = {}
         with self._write("write_batch", sync=sync) as conn:
             now = time.time()
@@ -229,6 +243,78 @@ class SqliteStore:
                     conn.execute("RELEASE op")
             if not writes:
                 conn.execute("UPDATE meta SET value=value+1 WHERE key='sync_epoch'")
+        return results
+
+    def _append_many(
+        self, conn: apsw.Connection, ops: Sequence[AppendOp], now: float
+    ) -> list[BatchResult]:
+        """The group-commit fast path: appends to distinct sessions, a handful of
+        statements per batch instead of several per op.
+
+        All checks (lease owner, expected head) run before anything is written, so an op
+        that fails writes nothing; the writes themselves -- one ``executemany`` for all
+        events, one for all heads -- can then only fail as a whole (I/O), which fails the
+        transaction and every op with it.
+        """
+        ids = encode_json([op.session_id for op in ops])
+        heads = {
+            row[0]: (row[1], row[2])
+            for row in conn.execute(
+                "SELECT s.id, s.sid, s.head FROM json_each(?) AS j "
+                "JOIN sessions AS s ON s.id = j.value",
+                (ids,),
+            )
+        }
+        owners: dict[str, str] = {}
+        if any(op.owner is not None for op in ops):
+            owners = {
+                row[0]: row[1]
+                for row in conn.execute(
+                    "SELECT l.id, l.owner FROM json_each(?) AS j "
+                    "JOIN leases AS l ON l.id = j.value",
+                    (ids,),
+                )
+            }
+        results: list[BatchResult] = []
+        rows: list[tuple[Any, ...]] = []
+        updates: list[tuple[int, float, int]] = []
+        for op in ops:
+            known = heads.get(op.session_id)
+            head = 0 if known is None else int(known[1])
+            try:
+                if op.owner is not None and owners.get(op.session_id) != op.owner:
+                    raise OwnershipLostError(op.session_id)
+                events = op.events
+                if op.expected_head is not None and op.expected_head != head:
+                    landed = self._landed(conn, known[0], op, head) if op.retry and known else 0
+                    if not landed:
+                        raise ConflictError(op.session_id, op.expected_head, head)
+                    events = events[landed:]
+            except TidelogError as exc:
+                results.append(exc)
+                continue
+            if not events:
+                results.append(head)
+                continue
+            if known is None:
+                conn.execute(
+                    "INSERT INTO sessions(id, created_at, updated_at, header) VALUES (?,?,?,?)",
+                    (op.session_id, now, now, op.header_json),
+                )
+                sid = conn.last_insert_rowid()
+            else:
+                sid = known[0]
+            rows.extend(
+                (sid, head + i, now, ev.kind, ev.data_json, ev.run_id)
+                for i, ev in enumerate(events, start=1)
+            )
+            updates.append((head + len(events), now, sid))
+            results.append(head + len(events))
+        if rows:
+            conn.executemany(
+                "INSERT INTO events(sid, seq, ts, kind, data, run_id) VALUES (?,?,?,?,?,?)", rows
+            )
+            conn.executemany("UPDATE sessions SET head=?, updated_at=? WHERE sid=?", updates)
         return results
 
     def _apply_op(self, conn: apsw.Connection, op: WriteOp, now: float) -> int:
@@ -400,6 +486,7 @@ class SqliteStore:
         until_seq: int | None = None,
         limit: int | None = None,
         pin: Pin | None = None,
+        from_end: bool = False,
     ) -> list[StoredEvent]:
         """See :meth:`Store.read`."""
         validate_session_id(session_id)
@@ -411,7 +498,7 @@ class SqliteStore:
         sql = (
             "SELECT seq, ts, kind, data, run_id FROM events "
             "WHERE sid=(SELECT sid FROM sessions WHERE id=?) AND seq>? AND seq<=? "
-            "ORDER BY seq LIMIT ?"
+            + ("ORDER BY seq DESC LIMIT ?" if from_end else "ORDER BY seq LIMIT ?")
         )
         args = (
             session_id,
@@ -429,6 +516,8 @@ class SqliteStore:
                     rows = conn.execute(sql, args).fetchall()
                 finally:
                     conn.execute("COMMIT")
+        if from_end:
+            rows.reverse()
         return events_from_rows(session_id, rows)
 
     @staticmethod

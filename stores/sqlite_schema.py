@@ -91,8 +91,12 @@ def _create_schema(conn: apsw.Connection) -> None:
 
 
 def _index_runs(conn: apsw.Connection) -> None:
-    """Version 2: find a run's events without scanning the session (history idempotency)."""
+    """Version 2: find a run's events without scanning the session (history idempotency),
+    and drop the index on ``sessions.updated_at``: every append moved each touched
+    session's entry in it (extra WAL pages per commit) only to speed up
+    ``list_sessions``, which now sorts instead."""
     conn.execute("CREATE INDEX events_by_run ON events(sid, run_id, seq) WHERE run_id IS NOT NULL")
+    conn.execute("DROP INDEX IF EXISTS sessions_by_update")
 
 
 MIGRATIONS: dict[int, Callable[[apsw.Connection], None]] = {0: _create_schema, 1: _index_runs}
