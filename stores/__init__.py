@@ -15,11 +15,13 @@ from .contract import (
     WriteOp,
 )
 from .errors import (
+    AgentNotFoundError,
     ClosedError,
     ConflictError,
     InvalidArgumentError,
     InvalidEventError,
     InvalidSessionIdError,
+    MaxTurnsExceededError,
     OwnershipLostError,
     ReadOnlyError,
     RunExistsError,
@@ -50,6 +52,7 @@ from .sqlite import SqliteStore
 
 __all__ = [
     "JSON",
+    "AgentNotFoundError",
     "AppendOp",
     "BatchResult",
     "ClosedError",
@@ -59,6 +62,7 @@ __all__ = [
     "InvalidArgumentError",
     "InvalidEventError",
     "InvalidSessionIdError",
+    "MaxTurnsExceededError",
     "MemoryStore",
     "NewEvent",
     "OwnershipLostError",

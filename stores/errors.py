@@ -16,11 +16,13 @@ Two families are kept apart on purpose:
 from __future__ import annotations
 
 __all__ = [
+    "AgentNotFoundError",
     "ClosedError",
     "ConflictError",
     "InvalidArgumentError",
     "InvalidEventError",
     "InvalidSessionIdError",
+    "MaxTurnsExceededError",
     "OwnershipLostError",
     "ReadOnlyError",
     "RunExistsError",
@@ -194,6 +196,27 @@ class RunNotFoundError(TidelogError, KeyError):
 
     def __str__(self) -> str:
         return f"no checkpoint is stored for run {self.run_id!r}"
+
+
+class AgentNotFoundError(TidelogError):
+    """Resuming an in-flight run whose recorded active agent is not reachable from the
+    entry agent's handoff graph (renamed or removed). The run cannot continue safely; run
+    the deployment that knows the agent, or restart the run. ``agent`` names it."""
+
+    def __init__(self, run_id: str, agent: str) -> None:
+        self.run_id = run_id
+        self.agent = agent
+        super().__init__(f"run {run_id!r}: agent {agent!r} is not in the handoff graph")
+
+
+class MaxTurnsExceededError(TidelogError):
+    """A run used ``max_turns`` model turns without finishing. Its checkpoint is saved
+    as failed; raise ``max_turns`` or change the agent."""
+
+    def __init__(self, run_id: str, max_turns: int) -> None:
+        self.run_id = run_id
+        self.max_turns = max_turns
+        super().__init__(f"run {run_id!r} exceeded {max_turns} turns")
 
 
 class UnsupportedFormatError(TidelogError):
