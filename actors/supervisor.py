@@ -16,8 +16,6 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import os
-import socket
 
 import trio
 
@@ -28,6 +26,7 @@ from stores import (
     Store,
     TidelogError,
 )
+from stores.leases import local_holder
 from stores.records import decode_json_object
 
 from .lane import StoreLane
@@ -78,7 +77,7 @@ class Supervisor:
         self.writer = writer
         self.lane: StoreLane = writer.lane
         self.owner = owner
-        self.holder = f"pid {os.getpid()} on {socket.gethostname()}"
+        self.holder = local_holder()
         self.lease_ttl = lease_ttl
         self.idle_timeout = idle_timeout
         self.actors: dict[str, SessionActor] = {}

@@ -293,9 +293,10 @@ class Store(Protocol):
     def acquire_lease(self, session_id: str, owner: str, *, ttl: float, holder: str) -> None:
         """Take the session's write lease for ``owner`` (a unique token).
 
-        Succeeds if the lease is free, already ``owner``'s, or expired (not renewed for
-        ``ttl`` seconds: a takeover). ``holder`` describes the owner (pid@host) for error
-        messages. Raises :class:`SessionOwnedError` otherwise."""
+        Succeeds if the lease is free, already ``owner``'s, expired (not renewed for
+        ``ttl`` seconds: a takeover), or held by a process of this host that has exited
+        (see :mod:`stores.leases`). ``holder`` describes the owner
+        (:func:`stores.leases.local_holder`). Raises :class:`SessionOwnedError` otherwise."""
         ...
 
     def renew_lease(self, session_id: str, owner: str, *, ttl: float) -> None:

@@ -38,6 +38,7 @@ from .errors import (
     SnapshotExpiredError,
     TidelogError,
 )
+from .leases import holder_is_dead
 from .records import (
     JSON,
     NewEvent,
@@ -385,7 +386,12 @@ class MemoryStore:
         with self._locked() as state:
             now = time.time()
             lease = state.leases.get(session_id)
-            if lease is not None and lease.owner != owner and lease.expires > now:
+            if (
+                lease is not None
+                and lease.owner != owner
+                and lease.expires > now
+                and not holder_is_dead(lease.holder)
+            ):
                 raise SessionOwnedError(session_id, lease.holder)
             state.leases[session_id] = _Lease(owner, holder, now + ttl)
 

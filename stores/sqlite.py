@@ -40,6 +40,7 @@ from .errors import (
     SnapshotExpiredError,
     TidelogError,
 )
+from .leases import holder_is_dead
 from .records import (
     JSON,
     NewEvent,
@@ -607,7 +608,7 @@ class SqliteStore:
             row = conn.execute(
                 "SELECT owner, holder, expires FROM leases WHERE id=?", (session_id,)
             ).fetchone()
-            if row is not None and row[0] != owner and row[2] > now:
+            if row is not None and row[0] != owner and row[2] > now and not holder_is_dead(row[1]):
                 raise SessionOwnedError(session_id, row[1])
             conn.execute(
                 "INSERT OR REPLACE INTO leases(id, owner, holder, expires) VALUES (?,?,?,?)",
