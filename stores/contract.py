@@ -282,6 +282,24 @@ class Store(Protocol):
         """Delete a session with its events and lease; ``False`` if it did not exist."""
         ...
 
+    def fork(
+        self,
+        source_id: str,
+        new_id: str,
+        *,
+        at_seq: int | None = None,
+        header: dict[str, JSON] | None = None,
+    ) -> SessionInfo:
+        """Create ``new_id`` whose history is ``source_id``'s first ``at_seq`` events
+        (default: all of them), independent from then on: later changes to either side
+        never show in the other. The new header is the source's, updated with ``header``
+        and ``{"forked_from": source_id, "fork_seq": at_seq}``; ``parent`` is
+        ``(source_id, at_seq)``.
+
+        Raises: :class:`SessionExistsError` (checked first), :class:`SessionNotFoundError`,
+        :class:`InvalidArgumentError` (``at_seq`` negative, past the head, not an int)."""
+        ...
+
     def truncate(self, session_id: str, to_seq: int) -> int:
         """Remove events with ``seq > to_seq``; return how many. Later appends reuse the seqs.
 

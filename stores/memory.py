@@ -34,6 +34,7 @@ from .errors import (
     InvalidArgumentError,
     OwnershipLostError,
     SessionExistsError,
+    SessionNotFoundError,
     SessionOwnedError,
     SnapshotExpiredError,
     TidelogError,
@@ -47,6 +48,7 @@ from .records import (
     check_count,
     check_seq,
     decode_json,
+    encode_json,
     events_from_rows,
     prepare_events,
     validate_header,
@@ -276,6 +278,42 @@ class MemoryStore:
             return False
         self._commit(state)
         return True
+
+    def fork(
+        self,
+        source_id: str,
+        new_id: str,
+        *,
+        at_seq: int | None = None,
+        header: dict[str, JSON] | None = None,
+    ) -> SessionInfo:
+        """See :meth:`Store.fork` (the rows are immutable tuples, shared not copied)."""
+        validate_session_id(source_id)
+        validate_session_id(new_id)
+        check_seq(at_seq, "at_seq", allow_none=True)
+        extra = decode_json(validate_header(header))
+        assert isinstance(extra, dict)
+        with self._locked() as state:
+            if new_id in state.sessions:
+                raise SessionExistsError(new_id)
+            source = state.sessions.get(source_id)
+            if source is None:
+                raise SessionNotFoundError(source_id)
+            at = len(source.rows) if at_seq is None else at_seq
+            if at > len(source.rows):
+                raise InvalidArgumentError(
+                    f"at_seq {at} is past the head {len(source.rows)} of session {source_id!r}"
+                )
+            merged = decode_json(source.header_json)
+            assert isinstance(merged, dict)
+            merged.update(extra)
+            merged.update({"forked_from": source_id, "fork_seq": at})
+            child = self._new_session(state, encode_json(merged), time.time())
+            child.parent = (source_id, at)
+            child.rows = source.rows[:at]
+            state.sessions[new_id] = child
+            self._commit(state)
+            return child.info(new_id)
 
     def truncate(self, session_id: str, to_seq: int) -> int:
         """See :meth:`Store.truncate`."""

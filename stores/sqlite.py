@@ -36,6 +36,7 @@ from .errors import (
     InvalidArgumentError,
     OwnershipLostError,
     SessionExistsError,
+    SessionNotFoundError,
     SessionOwnedError,
     SnapshotExpiredError,
     TidelogError,
@@ -50,12 +51,15 @@ from .records import (
     check_count,
     check_seq,
     decode_json,
+    decode_json_object,
     encode_json,
     events_from_rows,
     prepare_events,
     validate_header,
     validate_session_id,
 )
+from .sqlite_lineage import find_run as lineage_find_run
+from .sqlite_lineage import pieces, protect_children, read_rows
 from .sqlite_schema import Synchronous, check_integrity, map_errors, open_connection
 
 __all__ = ["SqliteStore"]
@@ -68,6 +72,14 @@ def _one(conn: apsw.Connection, sql: str, args: tuple[Any, ...] = ()) -> tuple[A
     row = conn.execute(sql, args).fetchone()
     assert row is not None, sql
     return tuple(row)
+
+
+def _ranges(conn: apsw.Connection, sid: int) -> list[tuple[int, int, int]]:
+    """The ``(sid, lo, hi)`` ranges of a session's log (one unless it is a fork)."""
+    base_sid, base_seq, head = _one(
+        conn, "SELECT base_sid, base_seq, head FROM sessions WHERE sid=?", (sid,)
+    )
+    return pieces(conn, sid, base_sid, base_seq, head)
 
 
 def _plain_appends(ops: Sequence[WriteOp]) -> bool:
@@ -423,12 +435,9 @@ class SqliteStore:
         landed = head - op.expected_head
         if not 0 < landed <= len(op.events):
             return 0
-        rows = conn.execute(
-            "SELECT kind, data, run_id FROM events WHERE sid=? AND seq>? ORDER BY seq",
-            (sid, op.expected_head),
-        ).fetchall()
+        rows = read_rows(conn, _ranges(conn, sid), op.expected_head, head, None, False)
         mine = [(e.kind, e.data_json, e.run_id) for e in op.events[:landed]]
-        return landed if [tuple(r) for r in rows] == mine else 0
+        return landed if [tuple(r[2:]) for r in rows] == mine else 0
 
     def sync(self) -> None:
         """See :meth:`Store.sync`."""
@@ -447,10 +456,67 @@ class SqliteStore:
         if row is None:
             return False
         sid = row[0]
+        protect_children(conn, sid, 0, deleting=True)
         conn.execute("DELETE FROM events WHERE sid=?", (sid,))
         conn.execute("DELETE FROM cuts WHERE sid=?", (sid,))
+        conn.execute("DELETE FROM projections WHERE sid=?", (sid,))
         conn.execute("DELETE FROM sessions WHERE sid=?", (sid,))
         return True
+
+    def fork(
+        self,
+        source_id: str,
+        new_id: str,
+        *,
+        at_seq: int | None = None,
+        header: dict[str, JSON] | None = None,
+    ) -> SessionInfo:
+        """See :meth:`Store.fork`. O(1): the child shares the source's prefix (see
+        :mod:`stores.sqlite_lineage`)."""
+        validate_session_id(source_id)
+        validate_session_id(new_id)
+        check_seq(at_seq, "at_seq", allow_none=True)
+        extra = decode_json_object(validate_header(header))
+        with self._write("fork") as conn:
+            if conn.execute("SELECT 1 FROM sessions WHERE id=?", (new_id,)).fetchone():
+                raise SessionExistsError(new_id)
+            row = conn.execute(
+                "SELECT sid, head, header, base_sid, base_seq FROM sessions WHERE id=?",
+                (source_id,),
+            ).fetchone()
+            if row is None:
+                raise SessionNotFoundError(source_id)
+            sid, head, header_json, base_sid, base_seq = row
+            at = head if at_seq is None else at_seq
+            if at > head:
+                raise InvalidArgumentError(
+                    f"at_seq {at} is past the head {head} of session {source_id!r}"
+                )
+            while base_sid is not None and at <= base_seq:  # point at the events' owner
+                sid = base_sid
+                base_sid, base_seq = _one(
+                    conn, "SELECT base_sid, base_seq FROM sessions WHERE sid=?", (sid,)
+                )
+            merged = decode_json_object(header_json)
+            merged.update(extra)
+            merged.update({"forked_from": source_id, "fork_seq": at})
+            now = time.time()
+            conn.execute(
+                "INSERT INTO sessions(id, head, created_at, updated_at, header, parent_id, "
+                "parent_seq, base_sid, base_seq) VALUES (?,?,?,?,?,?,?,?,?)",
+                (
+                    new_id,
+                    at,
+                    now,
+                    now,
+                    encode_json(merged),
+                    source_id,
+                    at,
+                    sid if at > 0 else None,
+                    at,
+                ),
+            )
+            return SessionInfo(new_id, at, now, now, merged, (source_id, at))
 
     def truncate(self, session_id: str, to_seq: int) -> int:
         """See :meth:`Store.truncate`."""
@@ -467,10 +533,12 @@ class SqliteStore:
         if row is None or to_seq >= row[1]:
             return 0
         sid, head, epoch = row
+        protect_children(conn, sid, to_seq, deleting=False)
         conn.execute("DELETE FROM events WHERE sid=? AND seq>?", (sid, to_seq))
         conn.execute(
-            "UPDATE sessions SET head=?, epoch=?, updated_at=? WHERE sid=?",
-            (to_seq, epoch + 1, now, sid),
+            "UPDATE sessions SET head=?, epoch=?, updated_at=?, base_seq=min(base_seq, ?) "
+            "WHERE sid=?",
+            (to_seq, epoch + 1, now, to_seq, sid),
         )
         conn.execute(
             "INSERT INTO cuts(sid, epoch, to_seq) VALUES (?,?,?)", (sid, epoch + 1, to_seq)
@@ -496,30 +564,46 @@ class SqliteStore:
         check_count(limit, "limit")
         if pin is not None:
             until_seq = pin.as_of_seq if until_seq is None else min(until_seq, pin.as_of_seq)
-        sql = (
-            "SELECT seq, ts, kind, data, run_id FROM events "
-            "WHERE sid=(SELECT sid FROM sessions WHERE id=?) AND seq>? AND seq<=? "
-            + ("ORDER BY seq DESC LIMIT ?" if from_end else "ORDER BY seq LIMIT ?")
-        )
-        args = (
-            session_id,
-            since_seq,
-            (1 << 62) if until_seq is None else until_seq,
-            -1 if limit is None else limit,
-        )
+        until = (1 << 62) if until_seq is None else until_seq
         with self._connection("read") as conn:
             if pin is None:
-                rows = conn.execute(sql, args).fetchall()
+                rows = self._read_rows(conn, session_id, since_seq, until, limit, from_end)
             else:
                 conn.execute("BEGIN")
                 try:
                     self._check_pin(conn, session_id, pin)
-                    rows = conn.execute(sql, args).fetchall()
+                    rows = self._read_rows(conn, session_id, since_seq, until, limit, from_end)
                 finally:
                     conn.execute("COMMIT")
-        if from_end:
-            rows.reverse()
         return events_from_rows(session_id, rows)
+
+    @staticmethod
+    def _read_rows(
+        conn: apsw.Connection,
+        session_id: str,
+        since: int,
+        until: int,
+        limit: int | None,
+        from_end: bool,
+    ) -> list[tuple[Any, ...]]:
+        row = conn.execute(
+            "SELECT sid, base_sid, base_seq, head FROM sessions WHERE id=?", (session_id,)
+        ).fetchone()
+        if row is None:
+            return []
+        sid, base_sid, base_seq, head = row
+        if base_sid is None:  # the common case: one range, one statement
+            return [
+                tuple(r)
+                for r in conn.execute(
+                    "SELECT seq, ts, kind, data, run_id FROM events "
+                    "WHERE sid=? AND seq>? AND seq<=? "
+                    + ("ORDER BY seq DESC LIMIT ?" if from_end else "ORDER BY seq LIMIT ?"),
+                    (sid, since, until, -1 if limit is None else limit),
+                )
+            ][:: -1 if from_end else 1]
+        ranges = pieces(conn, sid, base_sid, base_seq, head)
+        return read_rows(conn, ranges, since, until, limit, from_end)
 
     @staticmethod
     def _check_pin(conn: apsw.Connection, session_id: str, pin: Pin) -> None:
@@ -567,13 +651,10 @@ class SqliteStore:
         """See :meth:`Store.find_run` (served by the ``events_by_run`` index)."""
         validate_session_id(session_id)
         with self._connection("find_run") as conn:
-            row = _one(
-                conn,
-                "SELECT min(seq), max(seq) FROM events "
-                "WHERE sid=(SELECT sid FROM sessions WHERE id=?) AND run_id=?",
-                (session_id, run_id),
-            )
-        return None if row[0] is None else (int(row[0]), int(row[1]))
+            row = conn.execute("SELECT sid FROM sessions WHERE id=?", (session_id,)).fetchone()
+            if row is None:
+                return None
+            return lineage_find_run(conn, _ranges(conn, row[0]), run_id)
 
     def refresh_pin(self, pin: Pin) -> Pin:
         """See :meth:`Store.refresh_pin`."""

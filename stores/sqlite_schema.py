@@ -41,7 +41,7 @@ __all__ = [
 #: ``PRAGMA application_id`` of every tidelog database: the bytes "tdlg".
 APPLICATION_ID = 0x74646C67
 #: The schema version this code writes (``PRAGMA user_version``).
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 
 Synchronous = Literal["normal", "full"]
 
@@ -99,7 +99,24 @@ def _index_runs(conn: apsw.Connection) -> None:
     conn.execute("DROP INDEX IF EXISTS sessions_by_update")
 
 
-MIGRATIONS: dict[int, Callable[[apsw.Connection], None]] = {0: _create_schema, 1: _index_runs}
+def _forks_and_projections(conn: apsw.Connection) -> None:
+    """Version 3: forks share their parent's prefix (``base_sid``/``base_seq``), and
+    projection checkpoints get a table."""
+    conn.execute("ALTER TABLE sessions ADD COLUMN base_sid INTEGER")
+    conn.execute("ALTER TABLE sessions ADD COLUMN base_seq INTEGER NOT NULL DEFAULT 0")
+    conn.execute("CREATE INDEX sessions_by_base ON sessions(base_sid) WHERE base_sid IS NOT NULL")
+    conn.execute(
+        "CREATE TABLE projections(sid INTEGER NOT NULL, name TEXT NOT NULL, "
+        "version INTEGER NOT NULL, seq INTEGER NOT NULL, epoch INTEGER NOT NULL, "
+        "state TEXT NOT NULL, PRIMARY KEY(sid, name)) WITHOUT ROWID"
+    )
+
+
+MIGRATIONS: dict[int, Callable[[apsw.Connection], None]] = {
+    0: _create_schema,
+    1: _index_runs,
+    2: _forks_and_projections,
+}
 
 
 @contextmanager
