@@ -374,3 +374,4 @@ class SessionActor:
         self.pending.clear()
         self.in_flight = 0
         self.wake.set()
+        self.writer.notify_progress()  # waiters re-check and see ``fatal``

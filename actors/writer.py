@@ -103,6 +103,12 @@ class GroupCommitWriter:
         """True if some commit since the last barrier is not yet fsynced."""
         return self._unsynced or self._sync_requested
 
+    def notify_progress(self) -> None:
+        """Wake everyone waiting in :meth:`wait_progress` (something they wait for changed
+        outside a batch, e.g. an actor died)."""
+        self._progress.set()
+        self._progress = trio.Event()
+
     async def wait_progress(self) -> None:
         """Wait until the next batch finishes (successfully or not).
 
@@ -217,5 +223,4 @@ class GroupCommitWriter:
             if changed:
                 self._on_commit(changed)
         finally:
-            self._progress.set()
-            self._progress = trio.Event()
+            self.notify_progress()

@@ -5,6 +5,7 @@ from stores import (
     AgentNotFoundError,
     ClosedError,
     ConflictError,
+    ForkPointError,
     InvalidArgumentError,
     InvalidEventError,
     InvalidSessionIdError,
@@ -55,6 +56,12 @@ from .checkpoints import (
 from .completion import complete_run
 from .handles import SessionReader, SessionWriter
 from .history import History, MemoryHistory, RuntimeHistory, Segment
+from .projections import (
+    ConversationProjection,
+    Projection,
+    StatsProjection,
+    TurnsProjection,
+)
 from .runner import (
     TOOL_OUTCOME_UNKNOWN,
     Handoff,
@@ -81,6 +88,7 @@ from .transcript import (
     drop_dangling_tool_calls,
     pending_tool_calls,
 )
+from .views import Watch
 
 __all__ = [
     "JSON",
@@ -92,7 +100,9 @@ __all__ = [
     "Checkpointer",
     "ClosedError",
     "ConflictError",
+    "ConversationProjection",
     "Entry",
+    "ForkPointError",
     "FunctionTool",
     "Handoff",
     "History",
@@ -109,6 +119,7 @@ __all__ = [
     "ModelTurn",
     "NewEvent",
     "OwnershipLostError",
+    "Projection",
     "RequestedCall",
     "RunCompleted",
     "RunContext",
@@ -138,6 +149,7 @@ __all__ = [
     "Snapshot",
     "SnapshotExpiredError",
     "SqliteStore",
+    "StatsProjection",
     "Store",
     "StoreBusyError",
     "StoreCorruptError",
@@ -150,9 +162,11 @@ __all__ = [
     "ToolFinished",
     "ToolResult",
     "ToolStarted",
+    "TurnsProjection",
     "UnsupportedFormatError",
     "Usage",
     "UserMessage",
+    "Watch",
     "begin_run",
     "complete_run",
     "drop_dangling_tool_calls",

@@ -310,7 +310,11 @@ class _Run:
         ]
         new: list[Entry] = []
         if response.text or not calls:
-            new.append(AssistantMessage(response.text, agent=self.agent.name))
+            usage: dict[str, JSON] = {
+                "input_tokens": response.usage.input_tokens,
+                "output_tokens": response.usage.output_tokens,
+            }
+            new.append(AssistantMessage(response.text, agent=self.agent.name, usage=usage))
         new.extend(calls)
         self.entries.extend(new)
         await self.save()

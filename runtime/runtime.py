@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 import os
 import uuid
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import asynccontextmanager
 from typing import Literal
 
@@ -18,6 +18,7 @@ from stores import (
     ClosedError,
     InvalidArgumentError,
     Pin,
+    SessionExistsError,
     SessionInfo,
     SessionNotFoundError,
     SessionOwnedError,
@@ -32,10 +33,13 @@ from stores.sqlite_schema import Synchronous
 
 from ._errors import plain_errors
 from .checkpoints import RuntimeCheckpointer
+from .forking import check_fork_point
 from .handles import SessionReader, SessionWriter
 from .history import RuntimeHistory
+from .projections import BUILTIN_PROJECTIONS, Projection
 from .snapshot import Snapshot
 from .tail import Tail
+from .views import Watch
 
 __all__ = ["Runtime", "RuntimeStatistics", "open_runtime"]
 
@@ -77,6 +81,7 @@ class Runtime:
         self._closed = False
         self._checkpoints: RuntimeCheckpointer | None = None
         self._history: RuntimeHistory | None = None
+        self._projections: dict[str, Projection] = {p.name: p for p in BUILTIN_PROJECTIONS}
 
     def _check_open(self) -> None:
         if self._closed:
@@ -98,6 +103,77 @@ class Runtime:
         if self._history is None:
             self._history = RuntimeHistory(self, checkpointer=self.checkpoints)
         return self._history
+
+    # -- projections and forks ------------------------------------------------------------
+
+    def register_projection(self, projection: Projection) -> None:
+        """Add (or replace, by name) a projection read by ``Snapshot.values()``. One
+        registered after events exist folds the existing log on its first read."""
+        if not isinstance(projection, Projection) or not projection.name:
+            raise InvalidArgumentError("register_projection takes a named Projection")
+        if type(projection.version) is not int:
+            raise InvalidArgumentError("Projection.version must be an int")
+        self._projections[projection.name] = projection
+
+    @property
+    def projections(self) -> dict[str, Projection]:
+        """The registered projections by name (``stats``, ``conversation``, ``turns``...)."""
+        return dict(self._projections)
+
+    def watch(self, session_id: str, name: str) -> Watch:
+        """``async for value in rt.watch(id, name)``: the projection's value, then each new
+        value as commits change it (see :class:`~runtime.views.Watch`)."""
+        self._check_open()
+        validate_session_id(session_id)
+        if name not in self._projections:
+            raise InvalidArgumentError(f"no projection named {name!r}")
+        return Watch(self, session_id, self._projections[name])
+
+    async def fork(
+        self,
+        source: str,
+        new_id: str,
+        *,
+        at_seq: int | None = None,
+        allow_open_run: bool = False,
+    ) -> SessionInfo:
+        """Create ``new_id`` holding ``source``'s first ``at_seq`` events (default: all
+        committed, including what this runtime's writer of ``source`` had accepted).
+
+        The child is independent: later appends, truncates, rewinds or deletes on either
+        side never change the other. It shares the parent's prefix (constant time and
+        space); the header names the parent and the seed length, ``parent`` is
+        ``(source, at_seq)``. Refused, unless ``allow_open_run``, if ``at_seq`` falls
+        inside a run with unanswered tool calls.
+
+        Raises: :class:`SessionExistsError` (checked first), :class:`SessionNotFoundError`,
+        :class:`InvalidArgumentError` (``at_seq`` negative, past the head, not an int;
+        also a ``ValueError``), :class:`ForkPointError`.
+        """
+        self._check_open()
+        validate_session_id(source)
+        validate_session_id(new_id)
+        check_seq(at_seq, "at_seq", allow_none=True)
+        if await self.stat(new_id) is not None:
+            raise SessionExistsError(new_id)
+        actor = self._supervisor.actors.get(source)
+        if actor is not None and actor.pending:
+            await actor.wait_committed(actor.assigned, actor.failures)
+        info = await self.stat(source)
+        if info is None:
+            raise SessionNotFoundError(source)
+        at = info.head if at_seq is None else at_seq
+        if at > info.head:
+            raise InvalidArgumentError(f"at_seq {at} is past the head {info.head} of {source!r}")
+        if not allow_open_run:
+            await check_fork_point(self, source, at)
+        lane = self._supervisor.lane
+        return await lane.run(lambda: lane.store.fork(source, new_id, at_seq=at))
+
+    def _background(self, fn: Callable[..., Awaitable[None]], *args: object) -> None:
+        """Run ``fn(*args)`` in the runtime's nursery (best-effort housekeeping)."""
+        if not self._closed:
+            self._supervisor._nursery.start_soon(fn, *args)
 
     # -- sessions ----------------------------------------------------------------------
 

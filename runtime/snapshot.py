@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
 
-from stores import ClosedError, Pin, StoredEvent
+from stores import ClosedError, InvalidArgumentError, Pin, StoredEvent
+
+from .views import fold_values
 
 if TYPE_CHECKING:
     from .runtime import Runtime
@@ -41,6 +44,22 @@ class Snapshot:
         return await self._runtime._read(
             self.session_id, since_seq, until_seq, limit, pin=self._pin
         )
+
+    async def values(self, names: Sequence[str] | None = None) -> dict[str, Any]:
+        """``{name: value}`` of the registered projections (or just ``names``), folded
+        exactly up to :attr:`as_of_seq` -- consistent with :meth:`read`. Starts from the
+        newest valid projection checkpoint and folds only the events after it.
+
+        Raises: :class:`SnapshotExpiredError`, :class:`InvalidArgumentError` (unknown
+        name), :class:`ClosedError`."""
+        if self._closed:
+            raise ClosedError("this snapshot was closed")
+        registered = self._runtime._projections
+        wanted = list(registered) if names is None else list(names)
+        unknown = [n for n in wanted if n not in registered]
+        if unknown:
+            raise InvalidArgumentError(f"no projection named {unknown[0]!r}")
+        return await fold_values(self._runtime, self._pin, [registered[n] for n in wanted])
 
     def close(self) -> None:
         self._closed = True

@@ -126,6 +126,11 @@ def _check_dict(inst: object, attribute: attrs.Attribute[Any], value: object) ->
         raise _fail(inst, attribute, f"must be a dict, not {type(value).__name__}")
 
 
+def _check_optional_dict(inst: object, attribute: attrs.Attribute[Any], value: object) -> None:
+    if value is not None:
+        _check_dict(inst, attribute, value)
+
+
 def _check_sidecar_kind(inst: object, attribute: attrs.Attribute[Any], value: object) -> None:
     """Same rules as an event kind, and not one of the conversation kinds."""
     if not isinstance(value, str):
@@ -183,14 +188,21 @@ class AssistantMessage:
     """A message from the model (event kind ``assistant``).
 
     ``text`` may be empty (a turn that only calls tools). ``agent`` names the agent that
-    spoke, ``None`` when unknown or irrelevant; when set it is a non-empty ``str``. The event
-    data is ``{"text": ...}`` plus ``"agent"`` only when it is set.
+    spoke, ``None`` when unknown or irrelevant; when set it is a non-empty ``str``.
+    ``usage`` is the model turn's token usage (a JSON object such as
+    ``{"input_tokens": 10, "output_tokens": 5}``) or ``None``. The event data is
+    ``{"text": ...}`` plus ``"agent"`` and ``"usage"`` only when they are set.
     """
 
     KIND: ClassVar[Literal["assistant"]] = "assistant"
 
     text: str = attrs.field(validator=_check_str)
     agent: str | None = attrs.field(default=None, validator=_check_optional_name)
+    usage: dict[str, JSON] | None = attrs.field(default=None, validator=_check_optional_dict)
+
+    def __attrs_post_init__(self) -> None:
+        if self.usage is not None:
+            object.__setattr__(self, "usage", _json_copy(self.usage, self.KIND, "assistant.usage"))
 
     @property
     def kind(self) -> str:
@@ -294,6 +306,8 @@ def _entry_data(entry: Entry) -> JSON:
         data: dict[str, JSON] = {"text": entry.text}
         if entry.agent is not None:
             data["agent"] = entry.agent
+        if entry.usage is not None:
+            data["usage"] = _json_copy(entry.usage, entry.KIND, "assistant.usage")
         return data
     if isinstance(entry, ToolCall):
         arguments = _json_copy(entry.arguments, entry.KIND, "tool_call.arguments")
@@ -339,8 +353,8 @@ def _decode(kind: str, data: object, what: str) -> Entry:
         f = _fields(what, data, ("text",), ())
         return UserMessage(f["text"])
     if kind == AssistantMessage.KIND:
-        f = _fields(what, data, ("text",), ("agent",))
-        return AssistantMessage(f["text"], f.get("agent"))
+        f = _fields(what, data, ("text",), ("agent", "usage"))
+        return AssistantMessage(f["text"], f.get("agent"), f.get("usage"))
     if kind == ToolCall.KIND:
         f = _fields(what, data, ("call_id", "name", "arguments"), ())
         return ToolCall(f["call_id"], f["name"], f["arguments"])

@@ -1654,6 +1654,42 @@ class StoreConformance:
                 assert [e.data for e in store.read(other)] == expected, (step, other)
                 assert store.head(other) == len(expected)
 
+    # -- projection checkpoints --------------------------------------------------------
+
+    def test_projection_checkpoint_round_trip(self, store: Store) -> None:
+        """A saved projection state loads back with its seq, for its version only."""
+        store.append("s", _events(5))
+        pin = store.pin("s")
+        assert pin is not None
+        assert store.load_projection("s", "stats", 1) is None
+        store.save_projection(pin, "stats", 1, '{"n":5}')
+        assert store.load_projection("s", "stats", 1) == (5, '{"n":5}')
+        assert store.load_projection("s", "stats", 2) is None
+        assert store.load_projection("s", "other", 1) is None
+        store.append("s", _events(2))
+        assert store.load_projection("s", "stats", 1) == (5, '{"n":5}')
+
+    def test_projection_checkpoint_invalidated_by_destruction(self, store: Store) -> None:
+        """A truncate below the saved seq, or delete and recreate, drops the checkpoint;
+        a truncate above it does not."""
+        store.append("s", _events(6))
+        pin = store.pin("s")
+        assert pin is not None
+        store.save_projection(pin, "p", 1, "[]")
+        store.append("s", _events(2))
+        store.truncate("s", 6)
+        assert store.load_projection("s", "p", 1) == (6, "[]")
+        store.truncate("s", 3)
+        assert store.load_projection("s", "p", 1) is None
+        pin = store.pin("s")
+        assert pin is not None
+        store.save_projection(pin, "p", 1, "[]")
+        store.delete("s")
+        store.append("s", _events(3))
+        assert store.load_projection("s", "p", 1) is None
+        store.save_projection(pin, "p", 1, "[]")  # a stale pin: ignored
+        assert store.load_projection("s", "p", 1) is None
+
 
 class DurableStoreConformance(StoreConformance):
     """Adds the durability cases (data survives close + reopen) for durable backends.

@@ -306,6 +306,18 @@ class Store(Protocol):
         An unknown id is a no-op that creates nothing; ``to_seq >= head`` removes nothing."""
         ...
 
+    # -- projection checkpoints (a cache: losing one only costs a refold) ------------------
+
+    def save_projection(self, pin: Pin, name: str, version: int, state_json: str) -> None:
+        """Remember projection ``name``'s ``state_json`` folded up to ``pin.as_of_seq``
+        (replacing the previous one). Ignored if the session is gone or was recreated."""
+        ...
+
+    def load_projection(self, session_id: str, name: str, version: int) -> tuple[int, str] | None:
+        """``(seq, state_json)`` of the saved checkpoint of ``name`` -- only if it was saved
+        with ``version`` and nothing at or below ``seq`` was destroyed since (else None)."""
+        ...
+
     # -- single-writer leases (cross-process ownership) ---------------------------------
 
     def acquire_lease(self, session_id: str, owner: str, *, ttl: float, holder: str) -> None:

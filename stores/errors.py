@@ -19,6 +19,7 @@ __all__ = [
     "AgentNotFoundError",
     "ClosedError",
     "ConflictError",
+    "ForkPointError",
     "InvalidArgumentError",
     "InvalidEventError",
     "InvalidSessionIdError",
@@ -84,6 +85,21 @@ class InvalidEventError(InvalidArgumentError):
         self.reason = reason
         where = "value" if index is None else f"event {index} (kind {kind!r})"
         super().__init__(f"invalid {where}: {reason}")
+
+
+class ForkPointError(InvalidArgumentError):
+    """A fork point falls inside a run whose tool calls have no results yet (the child
+    would start with dangling calls). Fork at the run's end or start, or pass
+    ``allow_open_run=True``. Nothing was created. ``pending`` names the open call ids."""
+
+    def __init__(self, session_id: str, at_seq: int, pending: list[str]) -> None:
+        self.session_id = session_id
+        self.at_seq = at_seq
+        self.pending = pending
+        super().__init__(
+            f"session {session_id!r}: seq {at_seq} is inside a run with unanswered tool calls "
+            f"{pending}; fork elsewhere or pass allow_open_run=True"
+        )
 
 
 class ConflictError(TidelogError):

@@ -1,11 +1,13 @@
 """Who holds a lease: the holder string, and telling a crashed local holder from a live one.
 
-A lease names its holder as ``"pid <pid> on <host>"``. A lease whose holder is a process
-on *this* host that no longer exists can be taken over at once, without waiting for the
-TTL: that is what a host restarted after a crash (SIGKILL, OOM kill) needs to resume its
-sessions promptly. Anything else -- another host, a live pid, an unparsable holder --
-waits for the TTL as usual. A recycled pid only makes the check conservative (it looks
-alive), never unsafe; fencing by owner token protects the data either way.
+A lease names its holder as ``"pid <pid> on <host> ns <pid-namespace>"``. A lease whose
+holder is a process of *this* host and PID namespace that no longer exists can be taken
+over at once, without waiting for the TTL: that is what a host restarted after a crash
+(SIGKILL, OOM kill) needs to resume its sessions promptly. Anything else -- another host,
+another PID namespace (containers sharing a hostname and a volume), a live pid, an
+unparsable holder -- waits for the TTL as usual. A recycled pid only makes the check
+conservative (it looks alive), never unsafe; fencing by owner token protects the data
+either way.
 """
 
 from __future__ import annotations
@@ -16,18 +18,28 @@ import socket
 
 __all__ = ["holder_is_dead", "local_holder"]
 
-_HOLDER = re.compile(r"\Apid (\d+) on (.+)\Z")
+_HOLDER = re.compile(r"\Apid (\d+) on (.+) ns (\S+)\Z")
+
+
+def _pid_namespace() -> str:
+    try:
+        return str(os.stat("/proc/self/ns/pid").st_ino)
+    except OSError:
+        return "unknown"
 
 
 def local_holder() -> str:
     """The holder string of this process."""
-    return f"pid {os.getpid()} on {socket.gethostname()}"
+    return f"pid {os.getpid()} on {socket.gethostname()} ns {_pid_namespace()}"
 
 
 def holder_is_dead(holder: str) -> bool:
-    """True if ``holder`` is a process of this host that has exited."""
+    """True if ``holder`` is a process of this host and PID namespace that has exited."""
     match = _HOLDER.match(holder)
     if match is None or match.group(2) != socket.gethostname():
+        return False
+    namespace = match.group(3)
+    if namespace == "unknown" or namespace != _pid_namespace():
         return False
     pid = int(match.group(1))
     if pid == os.getpid():

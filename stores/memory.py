@@ -72,6 +72,7 @@ class _Session:
     rows: list[_Row] = attrs.Factory(list)
     epoch: int = 0
     cuts: list[tuple[int, int]] = attrs.Factory(list)  # (epoch, to_seq)
+    projections: dict[str, tuple[int, Pin, str]] = attrs.Factory(dict)
 
     def info(self, session_id: str) -> SessionInfo:
         header = decode_json(self.header_json)
@@ -415,6 +416,29 @@ class MemoryStore:
             infos = [s.info(sid) for sid, s in state.sessions.items()]
         infos.sort(key=lambda i: (-i.updated_at, i.id))
         return infos if limit is None else infos[:limit]
+
+    # -- projection checkpoints --------------------------------------------------------
+
+    def save_projection(self, pin: Pin, name: str, version: int, state_json: str) -> None:
+        """See :meth:`Store.save_projection`."""
+        with self._locked() as state:
+            session = state.sessions.get(pin.session_id)
+            if session is not None and session.incarnation == pin.incarnation:
+                session.projections[name] = (version, pin, state_json)
+
+    def load_projection(self, session_id: str, name: str, version: int) -> tuple[int, str] | None:
+        """See :meth:`Store.load_projection`."""
+        validate_session_id(session_id)
+        with self._locked() as state:
+            session = state.sessions.get(session_id)
+            saved = None if session is None else session.projections.get(name)
+            if saved is None or saved[0] != version:
+                return None
+            try:
+                _check_pin(session_id, session, saved[1])
+            except SnapshotExpiredError:
+                return None
+            return saved[1].as_of_seq, saved[2]
 
     # -- leases ------------------------------------------------------------------------
 

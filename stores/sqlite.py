@@ -679,6 +679,42 @@ class SqliteStore:
             ).fetchall()
         return [_info(r) for r in rows]
 
+    # -- projection checkpoints --------------------------------------------------------
+
+    def save_projection(self, pin: Pin, name: str, version: int, state_json: str) -> None:
+        """See :meth:`Store.save_projection`."""
+        with self._write("save_projection") as conn:
+            row = conn.execute("SELECT sid FROM sessions WHERE id=?", (pin.session_id,)).fetchone()
+            if row is None or row[0] != pin.incarnation:
+                return
+            conn.execute(
+                "INSERT OR REPLACE INTO projections(sid, name, version, seq, epoch, state) "
+                "VALUES (?,?,?,?,?,?)",
+                (pin.incarnation, name, version, pin.as_of_seq, pin.epoch, state_json),
+            )
+
+    def load_projection(self, session_id: str, name: str, version: int) -> tuple[int, str] | None:
+        """See :meth:`Store.load_projection`."""
+        validate_session_id(session_id)
+        with self._connection("load_projection") as conn:
+            conn.execute("BEGIN")
+            try:
+                row = conn.execute(
+                    "SELECT p.sid, p.version, p.seq, p.epoch, p.state FROM projections AS p "
+                    "JOIN sessions AS s ON s.sid = p.sid WHERE s.id=? AND p.name=?",
+                    (session_id, name),
+                ).fetchone()
+                if row is None or row[1] != version:
+                    return None
+                sid, _, seq, epoch, state = row
+                try:
+                    self._check_pin(conn, session_id, Pin(session_id, seq, sid, epoch))
+                except SnapshotExpiredError:
+                    return None
+                return int(seq), str(state)
+            finally:
+                conn.execute("COMMIT")
+
     # -- leases ------------------------------------------------------------------------
 
     def acquire_lease(self, session_id: str, owner: str, *, ttl: float, holder: str) -> None:

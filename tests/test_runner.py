@@ -91,7 +91,11 @@ async def test_simple_run_appends_history(rt: Runtime) -> None:
     agent = Agent("a", "be nice", model=model)
     result = await Runner.run(agent, "hi", runtime=rt, session_id="s")
     assert result.output == "hello" and result.finish_reason == "stop"
-    assert await rt.history.load("s") == [UserMessage("hi"), AssistantMessage("hello", agent="a")]
+    usage = {"input_tokens": 10, "output_tokens": 5}
+    assert await rt.history.load("s") == [
+        UserMessage("hi"),
+        AssistantMessage("hello", agent="a", usage=usage),
+    ]
     second = await Runner.run(
         Agent("a", "x", model=ScriptedModel([answer("again")])), "more", runtime=rt, session_id="s"
     )
