@@ -20,8 +20,9 @@ Commands:
   range written.
 
 Every command takes ``--lease-ttl``, and two disguises for the lease's holder string
-(``"pid <pid> on <host> ns <pid-namespace>"``): ``--host`` (a process of another host) and ``--fake-pid`` (a
-process of another PID namespace on this host, whose pid means nothing here). On SIGUSR1 a
+(``"pid <pid> on <host> ns <pid-namespace>"``): ``--host`` (a process of another host)
+and ``--fake-pid`` (a process of another PID namespace on this host, whose pid means
+nothing here). On SIGUSR1 a
 child prints its trio tasks to stderr, on SIGUSR2 its threads' stacks (for hang reports).
 """
 
