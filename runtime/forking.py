@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from stores import ForkPointError, InvalidArgumentError, StoredEvent
+from stores import ForkPointError, InvalidArgumentError
 
 from .history import SEGMENT_KIND
 from .transcript import Entry, entry_from_stored, pending_tool_calls
@@ -14,30 +14,30 @@ if TYPE_CHECKING:
 
 __all__ = ["check_fork_point"]
 
-_PAGE = 200
-
 
 async def check_fork_point(runtime: Runtime, session_id: str, at_seq: int) -> None:
-    """Raise :class:`ForkPointError` if the events up to ``at_seq`` end inside a run (or an
-    open stretch of events) with tool calls that have no result.
+    """Raise :class:`ForkPointError` if ``at_seq`` falls inside a run (events sharing a
+    run_id, not yet closed by its segment marker) that has tool calls without results.
 
-    Reads backwards from ``at_seq`` only to the previous segment marker: forking at a run
-    boundary costs one small read, however long the session is.
+    Cost is that of the run, never of the session: the event at ``at_seq`` names the run,
+    the run's first seq comes from the run index, and only the run's events are read.
+    Events without a run_id belong to no run and are not checked.
     """
-    tail: list[StoredEvent] = []
-    until = at_seq
-    while until > 0:
-        page = await runtime._read(session_id, 0, until, _PAGE, from_end=True)
-        if not page:
-            break
-        markers = [i for i, e in enumerate(page) if e.kind == SEGMENT_KIND]
-        if markers:
-            tail = page[markers[-1] + 1 :] + tail
-            break
-        tail = page + tail
-        until = page[0].seq - 1
+    if at_seq == 0:
+        return
+    [last] = await runtime._read(session_id, 0, at_seq, 1, from_end=True)
+    run_id = last.run_id
+    if run_id is None or last.kind == SEGMENT_KIND:
+        return
+    lane = runtime._read_lane
+    found = await lane.run(lane.store.find_run, session_id, run_id)
+    assert found is not None
     entries: list[Entry] = []
-    for event in tail:
+    for event in await runtime._read_all(session_id, since_seq=found[0] - 1):
+        if event.seq > at_seq:
+            break
+        if event.run_id != run_id:
+            continue
         try:
             entries.append(entry_from_stored(event))
         except InvalidArgumentError:

@@ -91,9 +91,11 @@ async def test_fork_inside_open_run_refused(rt: Runtime) -> None:
     async with rt.open_session("p") as w:
         await w.append(
             [
-                NewEvent("user", {"text": "go"}),
-                NewEvent("tool_call", {"call_id": "c1", "name": "t", "arguments": {}}),
-                NewEvent("tool_result", {"call_id": "c1", "output": "ok", "is_error": False}),
+                NewEvent("user", {"text": "go"}, run_id="r"),
+                NewEvent("tool_call", {"call_id": "c1", "name": "t", "arguments": {}}, run_id="r"),
+                NewEvent(
+                    "tool_result", {"call_id": "c1", "output": "ok", "is_error": False}, run_id="r"
+                ),
             ]
         )
     with pytest.raises(ForkPointError) as info:
