@@ -11,7 +11,7 @@ from __future__ import annotations
 import inspect
 import uuid
 from collections.abc import Awaitable, Callable, Sequence
-from typing import Any, Protocol, TypeAlias, get_type_hints, runtime_checkable
+from typing import Any, Protocol, TypeAlias, get_type_hints, overload, runtime_checkable
 
 import attrs
 import trio
@@ -134,13 +134,40 @@ def _parameters(fn: Callable[..., Any], skip_first: bool) -> dict[str, JSON]:
     return {"type": "object", "properties": properties, "required": required}
 
 
+@overload
+def function_tool(fn: ToolBody, /) -> FunctionTool: ...
+
+
+@overload
 def function_tool(
-    fn: ToolBody | None = None,
+    fn: ToolBody,
+    /,
     *,
     name: str | None = None,
     description: str | None = None,
     idempotent: bool = False,
-) -> Any:
+) -> FunctionTool: ...
+
+
+@overload
+def function_tool(
+    fn: None = None,
+    /,
+    *,
+    name: str | None = None,
+    description: str | None = None,
+    idempotent: bool = False,
+) -> Callable[[ToolBody], FunctionTool]: ...
+
+
+def function_tool(
+    fn: ToolBody | None = None,
+    /,
+    *,
+    name: str | None = None,
+    description: str | None = None,
+    idempotent: bool = False,
+) -> FunctionTool | Callable[[ToolBody], FunctionTool]:
     """Declare an async function as a tool: ``@function_tool`` or
     ``@function_tool(idempotent=True)``.
 

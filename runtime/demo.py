@@ -26,7 +26,6 @@ import signal
 import sys
 import tempfile
 from collections.abc import Callable, Sequence
-from contextlib import AsyncExitStack
 from pathlib import Path
 from typing import TypeAlias
 
@@ -40,7 +39,6 @@ from .agent import (
     ModelRequest,
     ModelResponse,
     RequestedCall,
-    RunContext,
     ScriptedModel,
     function_tool,
 )
@@ -271,7 +269,6 @@ def _tool_names(result: RunResult) -> str:
 async def _step_concurrent(rt: Runtime, workspace: Workspace) -> None:
     """Step 1: three checkpointed runs in three sessions, concurrently."""
     print("== 1. Three agent sessions at once (one host, one runtime, one SQLite file)")
-    start_line = _StartLine(len(_SESSIONS))
 
     async def one(session_id: str, run_id: str, prompt: str, script: list[ModelResponse]) -> None:
         """Run one session's scripted run and print a line when it finishes."""
@@ -282,7 +279,6 @@ async def _step_concurrent(rt: Runtime, workspace: Workspace) -> None:
             runtime=rt,
             session_id=session_id,
             checkpoint=_checkpoint(rt, run_id),
-            hooks=start_line,
         )
         _expect(result.finish_reason == "stop", f"run {run_id} did not finish")
         print(
@@ -290,39 +286,9 @@ async def _step_concurrent(rt: Runtime, workspace: Workspace) -> None:
         )
         print(f" -> {result.output}")
 
-    async with AsyncExitStack() as handles:
-        # Part of the workaround described in _StartLine: the conversations' actors are
-        # started here (an empty session with an empty header, as the history would make).
-        for session_id, _, _, _ in _SESSIONS:
-            await handles.enter_async_context(rt.open_session(session_id, mode="write"))
-        async with trio.open_nursery() as nursery:
-            for session_id, run_id, prompt, script in _SESSIONS:
-                nursery.start_soon(one, session_id, run_id, prompt, script)
-
-
-class _StartLine:
-    """Run hooks that hold each run at its start until every run has started.
-
-    WORKAROUND for a library bug, to remove once it is fixed: ``Runtime.flush()`` (the run
-    loop's barrier) raises ``ClosedError("... its actor is shutting down")`` while any
-    session actor of the runtime is still STARTING, so concurrent runs fail at random when
-    one run's barrier meets another run's first write to a session. A run's checkpoint
-    actor starts at its first save, before ``on_run_start``; holding every run there until
-    all have started (and opening the conversations beforehand) means no actor starts
-    while a run is at a barrier.
-    """
-
-    def __init__(self, runs: int) -> None:
-        """Hold ``runs`` runs."""
-        self.waiting = runs
-        self.go = trio.Event()
-
-    async def on_run_start(self, ctx: RunContext) -> None:
-        """Wait at the start line until every run has reached it."""
-        self.waiting -= 1
-        if self.waiting == 0:
-            self.go.set()
-        await self.go.wait()
+    async with trio.open_nursery() as nursery:
+        for session_id, run_id, prompt, script in _SESSIONS:
+            nursery.start_soon(one, session_id, run_id, prompt, script)
 
 
 # -- step 2: a crash mid-tool and the recovery --------------------------------------------

@@ -37,7 +37,7 @@ from stores import (
 )
 
 from .agent import Agent, FunctionTool, ModelRequest, RunContext, Usage
-from .checkpoints import CheckpointOptions, RunHead, RunSnapshot, begin_run
+from .checkpoints import CheckpointOptions, RunHead, RunSnapshot, RuntimeCheckpointer, begin_run
 from .completion import complete_run
 from .transcript import (
     AssistantMessage,
@@ -209,8 +209,17 @@ class _Run:
             self.saved = count
 
     async def barrier(self) -> None:
-        """Make everything recorded so far durable (before model requests, tool bodies)."""
-        await self.runtime.flush()
+        """Make everything recorded so far durable (before model requests, tool bodies):
+        this run's checkpoint and its conversation, whatever other sessions are doing."""
+        sessions = [] if self.session_id is None else [self.session_id]
+        checkpointer = None if self.options is None else self.options.checkpointer
+        if isinstance(checkpointer, RuntimeCheckpointer):
+            own = checkpointer.session_id(self.run_id)
+            if checkpointer.runtime is self.runtime:
+                sessions.append(own)
+            else:
+                await checkpointer.runtime.flush_sessions([own])
+        await self.runtime.flush_sessions(sessions)
 
     # -- tools -------------------------------------------------------------------------
 

@@ -12,7 +12,14 @@ from typing import Literal
 import attrs
 import trio
 
-from actors import ChangeHub, GroupCommitWriter, SessionActor, StoreLane, Supervisor
+from actors import (
+    ActorState,
+    ChangeHub,
+    GroupCommitWriter,
+    SessionActor,
+    StoreLane,
+    Supervisor,
+)
 from stores import (
     JSON,
     ClosedError,
@@ -282,7 +289,14 @@ class Runtime:
     async def flush(self) -> None:
         """Return when every write accepted so far, by every writer, is durable."""
         self._check_open()
-        await self._flush_actors(list(self._supervisor.actors.values()))
+        await self._flush_actors(list(self._supervisor.actors.values()), strict=False)
+
+    async def flush_sessions(self, session_ids: Sequence[str]) -> None:
+        """Make everything this runtime accepted for ``session_ids`` durable (one fsync
+        barrier), ignoring other sessions' troubles. The run loop's barrier."""
+        self._check_open()
+        actors = [a for i in session_ids if (a := self._supervisor.actors.get(i)) is not None]
+        await self._flush_actors(actors, strict=False)
 
     def statistics(self) -> RuntimeStatistics:
         """Counters of the group-commit writer and the actor registry."""
@@ -315,10 +329,19 @@ class Runtime:
         finally:
             self._supervisor.release(actor, exclusive=False)
 
-    async def _flush_actors(self, actors: Sequence[SessionActor]) -> None:
+    async def _flush_actors(self, actors: Sequence[SessionActor], *, strict: bool = True) -> None:
+        """Wait until everything ``actors`` accepted is committed, then one fsync barrier.
+
+        ``strict``: each actor's own fatal error or unseen fault is raised (a writer
+        handle's flush). Not strict (runtime-wide and run-loop barriers): actors that are
+        starting, draining or dead are skipped -- they are someone else's business, and
+        a draining actor commits its queue itself."""
         waits = []
         for actor in actors:
-            actor.check_writable()
+            if strict:
+                actor.check_writable()
+            elif actor.state is not ActorState.RUNNING or actor.fatal is not None:
+                continue
             waits.append((actor, actor.failures))
         if not self._writer.needs_sync and not any(a.pending for a, _ in waits):
             await trio.lowlevel.checkpoint()

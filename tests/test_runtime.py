@@ -502,3 +502,25 @@ async def test_actor_failure_reaches_waiters() -> None:
                 nursery.start_soon(waiter, i)
         assert len(results) == 3
         assert store.head("s") == 0
+
+
+async def test_runtime_flush_ignores_other_sessions_starting_or_dead(rt: Runtime) -> None:
+    """rt.flush() skips actors that are starting, draining or dead: another session's
+    start-up or deletion never makes it raise."""
+    async with rt.open_session("a") as w:
+        await w.append([ev(1)])
+
+        async def opener() -> None:
+            async with rt.open_session("b") as wb:
+                await wb.append([ev(1)])
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(opener)
+            while "b" not in rt._supervisor.actors:
+                await trio.sleep(0)
+            await rt.flush()
+        async with rt.open_session("gone") as g:
+            await g.append([ev(1)])
+        await rt.delete("gone")
+        await rt.flush()
+        await w.flush()
