@@ -33,8 +33,10 @@ import trio
 from stores import (
     JSON,
     InvalidArgumentError,
+    SessionExistsError,
     SessionInfo,
     SessionNotFoundError,
+    SessionOwnedError,
     StoreCorruptError,
     StoredEvent,
     TidelogError,
@@ -78,12 +80,14 @@ def _count(text: str) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    """The ``tidelog`` argument parser (subcommands demo, ls, show, tail)."""
+    """The ``tidelog`` argument parser (subcommands demo, ls, show, tail, fork, rewind)."""
     parser = argparse.ArgumentParser(
         prog="tidelog",
         description="Durable, actor-based agent sessions on SQLite: demo and inspection.",
     )
-    commands = parser.add_subparsers(dest="command", required=True, metavar="{demo,ls,show,tail}")
+    commands = parser.add_subparsers(
+        dest="command", required=True, metavar="{demo,ls,show,tail,fork,rewind}"
+    )
 
     demo = commands.add_parser(
         "demo",
@@ -113,6 +117,20 @@ def build_parser() -> argparse.ArgumentParser:
     )
     tail.add_argument("--since", type=_count, default=0, metavar="N", help="events after seq N")
     tail.add_argument("--json", action="store_true", help="one JSON object per line (exact)")
+
+    fork = commands.add_parser("fork", help="fork a session (O(1): shares the prefix)")
+    fork.add_argument("db", metavar="DB", help="tidelog database file")
+    fork.add_argument("source", metavar="SOURCE", help="the session to fork")
+    fork.add_argument("new", metavar="NEW", help="the new session's id")
+    fork.add_argument("--at", type=_count, default=None, metavar="SEQ", help="fork point")
+    fork.add_argument(
+        "--allow-open-run", action="store_true", help="fork even inside a run with open calls"
+    )
+
+    rewind = commands.add_parser("rewind", help="cut a conversation back to N entries")
+    rewind.add_argument("db", metavar="DB", help="tidelog database file")
+    rewind.add_argument("session", metavar="ID", help="session id")
+    rewind.add_argument("--keep", type=_count, required=True, metavar="N", help="entries kept")
 
     host = commands.add_parser("demo-host")  # hidden: the demo's crashing host process
     host.add_argument("--db", required=True)
@@ -310,6 +328,24 @@ async def _cmd_tail(args: argparse.Namespace, out: TextIO) -> None:
                     print(render(event), file=out, flush=True)
 
 
+async def _cmd_fork(args: argparse.Namespace, out: TextIO) -> None:
+    """``tidelog fork``: create NEW from SOURCE's first SEQ events."""
+    async with open_runtime(args.db) as rt:
+        info = await rt.fork(
+            args.source, args.new, at_seq=args.at, allow_open_run=args.allow_open_run
+        )
+    assert info.parent is not None
+    print(f"forked {info.id!r} from {info.parent[0]!r} at seq {info.parent[1]}", file=out)
+
+
+async def _cmd_rewind(args: argparse.Namespace, out: TextIO) -> None:
+    """``tidelog rewind``: keep the conversation's first N entries."""
+    async with open_runtime(args.db) as rt:
+        await _require_session(rt, args.session)
+        removed = await rt.history.rewind(args.session, args.keep)
+    print(f"rewound {args.session!r}: {removed} entries removed", file=out)
+
+
 def _leaf(exc: BaseException) -> BaseException:
     """The single exception inside nested one-member exception groups, else ``exc``."""
     while isinstance(exc, BaseExceptionGroup) and len(exc.exceptions) == 1:
@@ -326,6 +362,10 @@ def _explain(exc: TidelogError, args: argparse.Namespace) -> str:
         return f"tidelog: {path}: {exc}"
     if isinstance(exc, StoreCorruptError):
         return f"tidelog: {path}: corrupt file, or not a database at all ({exc})"
+    if isinstance(exc, SessionExistsError):
+        return f"tidelog: session {exc.session_id!r} already exists in {path}"
+    if isinstance(exc, SessionOwnedError):
+        return f"tidelog: {exc}; close its writer first"
     if isinstance(exc, InvalidArgumentError):
         return f"tidelog: {exc}"
     return f"tidelog: {path}: {type(exc).__name__}: {exc}"
@@ -361,7 +401,13 @@ def main(argv: Sequence[str] | None = None) -> int:
             from .demo import crash_host
 
             return crash_host(args.db, args.workspace)
-        commands = {"ls": _cmd_ls, "show": _cmd_show, "tail": _cmd_tail}
+        commands = {
+            "ls": _cmd_ls,
+            "show": _cmd_show,
+            "tail": _cmd_tail,
+            "fork": _cmd_fork,
+            "rewind": _cmd_rewind,
+        }
         return _run_read_command(commands[args.command], args)
     except CliError as exc:
         print(exc.message, file=sys.stderr)

@@ -313,4 +313,37 @@ def test_console_script_is_installed(tmp_path: Path) -> None:
         [str(script), "--help"], cwd=tmp_path, capture_output=True, text=True, timeout=TIMEOUT
     )
     assert proc.returncode == 0, proc.stderr
-    assert "{demo,ls,show,tail}" in proc.stdout
+    assert "{demo,ls,show,tail,fork,rewind}" in proc.stdout
+
+
+def test_fork_and_rewind_commands(tmp_path: Path) -> None:
+    """`tidelog fork` makes an independent child; `tidelog rewind` cuts a conversation;
+    a taken target and a missing source give a clear message and status 2."""
+    import trio
+
+    from runtime import UserMessage, open_runtime
+
+    db = tmp_path / "f.db"
+
+    async def seed() -> None:
+        async with open_runtime(db) as rt:
+            for n in range(3):
+                await rt.history.append("chat", [UserMessage(f"m{n}")], run_id=f"r{n}")
+
+    trio.run(seed)
+    forked = tidelog("fork", str(db), "chat", "alt", "--at", "4", cwd=tmp_path)
+    assert forked.returncode == 0, forked.stderr
+    assert "forked 'alt' from 'chat' at seq 4" in forked.stdout
+    again = tidelog("fork", str(db), "chat", "alt", cwd=tmp_path)
+    assert again.returncode == 2 and "already exists" in again.stderr
+    missing = tidelog("fork", str(db), "nope", "other", cwd=tmp_path)
+    assert missing.returncode == 2 and "no session 'nope'" in missing.stderr
+    rewound = tidelog("rewind", str(db), "chat", "--keep", "1", cwd=tmp_path)
+    assert rewound.returncode == 0 and "2 entries removed" in rewound.stdout
+
+    async def check() -> None:
+        async with open_runtime(db) as rt:
+            assert await rt.history.load("chat") == [UserMessage("m0")]
+            assert await rt.history.load("alt") == [UserMessage("m0"), UserMessage("m1")]
+
+    trio.run(check)
