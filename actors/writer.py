@@ -44,6 +44,7 @@ class WriterStatistics:
 
 
 def _event_count(op: WriteOp) -> int:
+    """How many events an op writes (for statistics)."""
     if isinstance(op, GroupOp):
         return sum(_event_count(member) for member in op.ops)
     return len(op.events) if isinstance(op, AppendOp | ReplaceOp) else 0
@@ -126,6 +127,7 @@ class GroupCommitWriter:
             await self.wait_progress()
 
     def statistics(self) -> WriterStatistics:
+        """A frozen record of the writer's counters."""
         depth = sum(len(w.events) for a in self._dirty for w in a.pending)
         mean = self._events / self._batches if self._batches else 0.0
         return WriterStatistics(
@@ -135,6 +137,7 @@ class GroupCommitWriter:
     # -- the task ----------------------------------------------------------------------
 
     def _next_retry(self) -> float:
+        """When the earliest backed-off actor may be retried."""
         times = [a.retry_at for a in self._dirty if a.pending and not a.in_flight]
         return min(times) if times else math.inf
 
@@ -156,6 +159,7 @@ class GroupCommitWriter:
             self._progress.set()
 
     async def _commit_once(self) -> None:
+        """Take one op per ready actor, commit them in one batch, deliver the results."""
         now = trio.current_time()
         targets: list[list[SessionActor]] = []
         ops: list[WriteOp] = []

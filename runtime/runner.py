@@ -152,6 +152,7 @@ class RunHooks(Protocol):
 
 
 async def _hook(hooks: object, name: str, *args: object) -> None:
+    """Call the hook method ``name`` if ``hooks`` defines it."""
     fn = getattr(hooks, name, None)
     if fn is not None:
         await fn(*args)
@@ -182,11 +183,13 @@ class _Run:
 
     @property
     def ctx(self) -> RunContext:
+        """The context tools and dynamic instructions see."""
         return RunContext(self.run_id, self.session_id, self.agent.name, self.context)
 
     def head(
         self, status: str, *, output: JSON = None, error: BaseException | None = None
     ) -> RunHead:
+        """The checkpoint head for the run as it stands."""
         return RunHead(
             self.agent.name,
             usage=self.usage.to_json(),
@@ -236,6 +239,7 @@ class _Run:
         )
 
     async def record(self, result: ToolResult, how: str) -> None:
+        """Add a tool result, checkpoint it, report it."""
         self.entries.append(result)
         await self.save()
         await self.emit(ToolFinished(result, how))
@@ -281,6 +285,7 @@ class _Run:
                 nursery.start_soon(self.run_tool, call, tool, how)
 
     async def run_tool(self, call: ToolCall, tool: FunctionTool, how: str) -> None:
+        """Run one tool body; a failing tool becomes an error result."""
         await self.emit(ToolStarted(call))
         await _hook(self.hooks, "on_tool_start", self.ctx, call)
         try:
@@ -335,11 +340,13 @@ class _Run:
         return None
 
     def result(self, output: JSON, finish_reason: str | None) -> RunResult:
+        """The :class:`RunResult` of the run as it stands."""
         return RunResult(
             self.run_id, output, tuple(self.entries), self.usage, self.agent.name, finish_reason
         )
 
     async def complete(self, output: JSON) -> RunResult:
+        """Save the completed run (with its history segment) and return its result."""
         head = self.head("completed", output=output)
         meta: dict[str, JSON] | None = (
             None if self.context_state is None else {"context_state": self.context_state}
@@ -460,6 +467,7 @@ async def _execute(
     hooks: object,
     emit: Callable[[RunEvent], Awaitable[None]],
 ) -> RunResult:
+    """Run, resume or replay one run (the body of ``Runner.run``)."""
     if not isinstance(agent, Agent):
         raise InvalidArgumentError(f"agent must be an Agent, not {type(agent).__name__}")
     if session_id is not None:
@@ -516,6 +524,7 @@ async def _execute(
 
 
 async def _save_failed(run: _Run, exc: BaseException) -> None:
+    """Checkpoint the run as failed, with its error."""
     if run.options is None:
         return
     async with run.save_lock:
@@ -526,6 +535,7 @@ async def _save_failed(run: _Run, exc: BaseException) -> None:
 
 
 def _is_interruption(exc: BaseException) -> bool:
+    """Cancellation, Ctrl-C or exit (possibly grouped): the run is interrupted."""
     if isinstance(exc, BaseExceptionGroup):
         return all(_is_interruption(e) for e in exc.exceptions)
     return isinstance(exc, trio.Cancelled | KeyboardInterrupt | SystemExit)

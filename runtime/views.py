@@ -33,6 +33,7 @@ _PAGE = 5000
 def _load(
     store: Store, session_id: str, wanted: Sequence[tuple[str, int]]
 ) -> dict[str, tuple[int, str] | None]:
+    """In the lane: the saved checkpoints of the wanted projections."""
     return {name: store.load_projection(session_id, name, version) for name, version in wanted}
 
 
@@ -139,6 +140,7 @@ class Watch:
 
 
 def _copy(value: Any) -> Any:
+    """A deep copy of a JSON value (views handed out must not alias state)."""
     try:
         return json.loads(json.dumps(value))
     except (TypeError, ValueError):

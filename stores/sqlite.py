@@ -15,24 +15,22 @@ import threading
 import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from typing import Any
+from typing import Any, TypeGuard
 
 import apsw
 
+from . import sqlite_ops as sqlops
 from .contract import (
     AppendOp,
     BatchResult,
     GroupOp,
     Pin,
-    ReplaceOp,
     Store,
-    TruncateOp,
     WriteOp,
     check_ops,
 )
 from .errors import (
     ClosedError,
-    ConflictError,
     InvalidArgumentError,
     OwnershipLostError,
     SessionExistsError,
@@ -45,7 +43,6 @@ from .leases import holder_is_dead
 from .records import (
     JSON,
     NewEvent,
-    PreparedEvent,
     SessionInfo,
     StoredEvent,
     check_count,
@@ -59,7 +56,6 @@ from .records import (
     validate_session_id,
 )
 from .sqlite_lineage import find_run as lineage_find_run
-from .sqlite_lineage import pieces, protect_children, read_rows
 from .sqlite_schema import Synchronous, check_integrity, map_errors, open_connection
 
 __all__ = ["SqliteStore"]
@@ -67,22 +63,7 @@ __all__ = ["SqliteStore"]
 _INFO_COLUMNS = "id, head, created_at, updated_at, header, parent_id, parent_seq"
 
 
-def _one(conn: apsw.Connection, sql: str, args: tuple[Any, ...] = ()) -> tuple[Any, ...]:
-    """Run a query that always yields exactly one row and return it."""
-    row = conn.execute(sql, args).fetchone()
-    assert row is not None, sql
-    return tuple(row)
-
-
-def _ranges(conn: apsw.Connection, sid: int) -> list[tuple[int, int, int]]:
-    """The ``(sid, lo, hi)`` ranges of a session's log (one unless it is a fork)."""
-    base_sid, base_seq, head = _one(
-        conn, "SELECT base_sid, base_seq, head FROM sessions WHERE sid=?", (sid,)
-    )
-    return pieces(conn, sid, base_sid, base_seq, head)
-
-
-def _plain_appends(ops: Sequence[WriteOp]) -> bool:
+def _plain_appends(ops: Sequence[WriteOp]) -> TypeGuard[Sequence[AppendOp]]:
     """True for a batch of appends to distinct sessions (the group-commit fast path)."""
     if not all(isinstance(op, AppendOp) for op in ops):
         return False
@@ -90,12 +71,14 @@ def _plain_appends(ops: Sequence[WriteOp]) -> bool:
 
 
 def _session_ids(op: WriteOp) -> list[str]:
+    """The sessions an op touches (several for a group)."""
     if isinstance(op, GroupOp):
         return list(dict.fromkeys(member.session_id for member in op.ops))
     return [op.session_id]
 
 
 def _info(row: Sequence[Any]) -> SessionInfo:
+    """A :class:`SessionInfo` from a ``_INFO_COLUMNS`` row."""
     session_id, head, created_at, updated_at, header_json, parent_id, parent_seq = row
     header = decode_json(header_json)
     assert isinstance(header, dict)
@@ -206,7 +189,7 @@ class SqliteStore:
                 "INSERT INTO sessions(id, created_at, updated_at, header) VALUES (?,?,?,?)",
                 (session_id, now, now, header_json),
             )
-            return SessionInfo(session_id, 0, now, now, decode_json(header_json))  # type: ignore[arg-type]
+            return SessionInfo(session_id, 0, now, now, decode_json_object(header_json))
 
     def append(
         self, session_id: str, events: Sequence[NewEvent], *, expected_head: int | None = None
@@ -227,10 +210,10 @@ class SqliteStore:
         if not writes and not (sync and self._needs_sync()):
             # Nothing to write and nothing to make durable: checks only, no transaction.
             with self._connection("write_batch") as conn:
-                return [self._check_op(conn, op) for op in ops]  # type: ignore[arg-type]
+                return [sqlops.check_op(conn, op) for op in ops]
         if _plain_appends(ops):
             with self._write("write_batch", sync=sync) as conn:
-                results = self._append_many(conn, ops, time.time())  # type: ignore[arg-type]
+                results = sqlops.append_many(conn, ops, time.time())
                 if not writes:
                     conn.execute("UPDATE meta SET value=value+1 WHERE key='sync_epoch'")
                 return results
@@ -246,7 +229,7 @@ class SqliteStore:
                     continue
                 conn.execute("SAVEPOINT op")
                 try:
-                    results.append(self._apply_op(conn, op, now))
+                    results.append(sqlops.apply_op(conn, op, now))
                 except TidelogError as exc:
                     conn.execute("ROLLBACK TO op")
                     for session_id in ids:
@@ -258,186 +241,9 @@ class SqliteStore:
                 conn.execute("UPDATE meta SET value=value+1 WHERE key='sync_epoch'")
         return results
 
-    def _append_many(
-        self, conn: apsw.Connection, ops: Sequence[AppendOp], now: float
-    ) -> list[BatchResult]:
-        """The group-commit fast path: appends to distinct sessions, a handful of
-        statements per batch instead of several per op.
-
-        All checks (lease owner, expected head) run before anything is written, so an op
-        that fails writes nothing; the writes themselves -- one ``executemany`` for all
-        events, one for all heads -- can then only fail as a whole (I/O), which fails the
-        transaction and every op with it.
-        """
-        ids = encode_json([op.session_id for op in ops])
-        heads = {
-            row[0]: (row[1], row[2])
-            for row in conn.execute(
-                "SELECT s.id, s.sid, s.head FROM json_each(?) AS j "
-                "JOIN sessions AS s ON s.id = j.value",
-                (ids,),
-            )
-        }
-        owners: dict[str, str] = {}
-        if any(op.owner is not None for op in ops):
-            owners = {
-                row[0]: row[1]
-                for row in conn.execute(
-                    "SELECT l.id, l.owner FROM json_each(?) AS j "
-                    "JOIN leases AS l ON l.id = j.value",
-                    (ids,),
-                )
-            }
-        results: list[BatchResult] = []
-        rows: list[tuple[Any, ...]] = []
-        updates: list[tuple[int, float, int]] = []
-        for op in ops:
-            known = heads.get(op.session_id)
-            head = 0 if known is None else int(known[1])
-            try:
-                if op.owner is not None and owners.get(op.session_id) != op.owner:
-                    raise OwnershipLostError(op.session_id)
-                events = op.events
-                if op.expected_head is not None and op.expected_head != head:
-                    landed = self._landed(conn, known[0], op, head) if op.retry and known else 0
-                    if not landed:
-                        raise ConflictError(op.session_id, op.expected_head, head)
-                    events = events[landed:]
-            except TidelogError as exc:
-                results.append(exc)
-                continue
-            if not events:
-                results.append(head)
-                continue
-            if known is None:
-                conn.execute(
-                    "INSERT INTO sessions(id, created_at, updated_at, header) VALUES (?,?,?,?)",
-                    (op.session_id, now, now, op.header_json),
-                )
-                sid = conn.last_insert_rowid()
-            else:
-                sid = known[0]
-            rows.extend(
-                (sid, head + i, now, ev.kind, ev.data_json, ev.run_id)
-                for i, ev in enumerate(events, start=1)
-            )
-            updates.append((head + len(events), now, sid))
-            results.append(head + len(events))
-        if rows:
-            conn.executemany(
-                "INSERT INTO events(sid, seq, ts, kind, data, run_id) VALUES (?,?,?,?,?,?)", rows
-            )
-            conn.executemany("UPDATE sessions SET head=?, updated_at=? WHERE sid=?", updates)
-        return results
-
-    def _apply_op(self, conn: apsw.Connection, op: WriteOp, now: float) -> int:
-        if isinstance(op, AppendOp):
-            return self._apply(conn, op, now)
-        if isinstance(op, GroupOp):
-            for member in op.ops:  # the caller's savepoint makes the group all or nothing
-                self._apply_op(conn, member, now)
-            return len(op.ops)
-        self._check_owner(conn, op.session_id, op.owner)
-        if isinstance(op, TruncateOp):
-            return self._truncate(conn, op.session_id, op.to_seq, now)
-        if isinstance(op, ReplaceOp):
-            return self._replace(conn, op, now)
-        return int(self._delete(conn, op.session_id))
-
-    def _replace(self, conn: apsw.Connection, op: ReplaceOp, now: float) -> int:
-        row = conn.execute("SELECT sid, head FROM sessions WHERE id=?", (op.session_id,)).fetchone()
-        head = 0 if row is None else int(row[1])
-        if op.expected_head is not None and op.expected_head != head:
-            raise ConflictError(op.session_id, op.expected_head, head)
-        if op.from_seq > head:
-            raise InvalidArgumentError(
-                f"session {op.session_id!r}: from_seq {op.from_seq} is past the head {head}"
-            )
-        if row is None:
-            conn.execute(
-                "INSERT INTO sessions(id, created_at, updated_at) VALUES (?,?,?)",
-                (op.session_id, now, now),
-            )
-            sid = conn.last_insert_rowid()
-        else:
-            sid = row[0]
-        self._truncate(conn, op.session_id, op.from_seq, now)
-        self._insert(conn, sid, op.from_seq, op.events, now)
-        return op.from_seq + len(op.events)
-
-    @staticmethod
-    def _insert(
-        conn: apsw.Connection, sid: int, head: int, events: Sequence[PreparedEvent], now: float
-    ) -> None:
-        """Insert ``events`` after ``head`` and move the session's head past them."""
-        if not events:
-            return
-        conn.executemany(
-            "INSERT INTO events(sid, seq, ts, kind, data, run_id) VALUES (?,?,?,?,?,?)",
-            [
-                (sid, head + i, now, ev.kind, ev.data_json, ev.run_id)
-                for i, ev in enumerate(events, start=1)
-            ],
-        )
-        conn.execute(
-            "UPDATE sessions SET head=?, updated_at=? WHERE sid=?", (head + len(events), now, sid)
-        )
-
     def _needs_sync(self) -> bool:
+        """True if commits of this handle are not yet fsynced."""
         return self._unsynced and self.synchronous == "normal"
-
-    def _check_op(self, conn: apsw.Connection, op: AppendOp) -> BatchResult:
-        try:
-            row = conn.execute("SELECT head FROM sessions WHERE id=?", (op.session_id,)).fetchone()
-            head = 0 if row is None else int(row[0])
-            self._check_owner(conn, op.session_id, op.owner)
-            if op.expected_head is not None and op.expected_head != head:
-                raise ConflictError(op.session_id, op.expected_head, head)
-            return head
-        except TidelogError as exc:
-            return exc
-
-    @staticmethod
-    def _check_owner(conn: apsw.Connection, session_id: str, owner: str | None) -> None:
-        if owner is not None:
-            row = conn.execute("SELECT owner FROM leases WHERE id=?", (session_id,)).fetchone()
-            if row is None or row[0] != owner:
-                raise OwnershipLostError(session_id)
-
-    def _apply(self, conn: apsw.Connection, op: AppendOp, now: float) -> int:
-        row = conn.execute("SELECT sid, head FROM sessions WHERE id=?", (op.session_id,)).fetchone()
-        head = 0 if row is None else int(row[1])
-        self._check_owner(conn, op.session_id, op.owner)
-        events = op.events
-        if op.expected_head is not None and op.expected_head != head:
-            landed = self._landed(conn, row[0], op, head) if op.retry and row else 0
-            if not landed:
-                raise ConflictError(op.session_id, op.expected_head, head)
-            events = events[landed:]  # an earlier attempt landed this prefix
-        if not events:
-            return head
-        if row is None:
-            conn.execute(
-                "INSERT INTO sessions(id, created_at, updated_at, header) VALUES (?,?,?,?)",
-                (op.session_id, now, now, op.header_json),
-            )
-            sid = conn.last_insert_rowid()
-        else:
-            sid = row[0]
-        self._insert(conn, sid, head, events, now)
-        return head + len(events)
-
-    @staticmethod
-    def _landed(conn: apsw.Connection, sid: int, op: AppendOp, head: int) -> int:
-        """How many of a resent op's events already stand after ``expected_head`` (0 if
-        what stands there is not exactly a prefix of them)."""
-        assert op.expected_head is not None
-        landed = head - op.expected_head
-        if not 0 < landed <= len(op.events):
-            return 0
-        rows = read_rows(conn, _ranges(conn, sid), op.expected_head, head, None, False)
-        mine = [(e.kind, e.data_json, e.run_id) for e in op.events[:landed]]
-        return landed if [tuple(r[2:]) for r in rows] == mine else 0
 
     def sync(self) -> None:
         """See :meth:`Store.sync`."""
@@ -447,21 +253,7 @@ class SqliteStore:
         """See :meth:`Store.delete`."""
         validate_session_id(session_id)
         with self._write("delete") as conn:
-            return self._delete(conn, session_id)
-
-    @staticmethod
-    def _delete(conn: apsw.Connection, session_id: str) -> bool:
-        conn.execute("DELETE FROM leases WHERE id=?", (session_id,))
-        row = conn.execute("SELECT sid FROM sessions WHERE id=?", (session_id,)).fetchone()
-        if row is None:
-            return False
-        sid = row[0]
-        protect_children(conn, sid, 0, deleting=True)
-        conn.execute("DELETE FROM events WHERE sid=?", (sid,))
-        conn.execute("DELETE FROM cuts WHERE sid=?", (sid,))
-        conn.execute("DELETE FROM projections WHERE sid=?", (sid,))
-        conn.execute("DELETE FROM sessions WHERE sid=?", (sid,))
-        return True
+            return sqlops.delete_session(conn, session_id)
 
     def fork(
         self,
@@ -494,7 +286,7 @@ class SqliteStore:
                 )
             while base_sid is not None and at <= base_seq:  # point at the events' owner
                 sid = base_sid
-                base_sid, base_seq = _one(
+                base_sid, base_seq = sqlops.one(
                     conn, "SELECT base_sid, base_seq FROM sessions WHERE sid=?", (sid,)
                 )
             merged = decode_json_object(header_json)
@@ -523,29 +315,7 @@ class SqliteStore:
         validate_session_id(session_id)
         check_seq(to_seq, "to_seq")
         with self._write("truncate") as conn:
-            return self._truncate(conn, session_id, to_seq, time.time())
-
-    @staticmethod
-    def _truncate(conn: apsw.Connection, session_id: str, to_seq: int, now: float) -> int:
-        row = conn.execute(
-            "SELECT sid, head, epoch FROM sessions WHERE id=?", (session_id,)
-        ).fetchone()
-        if row is None or to_seq >= row[1]:
-            return 0
-        sid, head, epoch = row
-        protect_children(conn, sid, to_seq, deleting=False)
-        conn.execute("DELETE FROM events WHERE sid=? AND seq>?", (sid, to_seq))
-        conn.execute(
-            "UPDATE sessions SET head=?, epoch=?, updated_at=?, base_seq=min(base_seq, ?) "
-            "WHERE sid=?",
-            (to_seq, epoch + 1, now, to_seq, sid),
-        )
-        conn.execute(
-            "INSERT INTO cuts(sid, epoch, to_seq) VALUES (?,?,?)", (sid, epoch + 1, to_seq)
-        )
-        return int(head - to_seq)
-
-    # -- reads -------------------------------------------------------------------------
+            return sqlops.truncate_session(conn, session_id, to_seq, time.time())
 
     def read(
         self,
@@ -567,60 +337,17 @@ class SqliteStore:
         until = (1 << 62) if until_seq is None else until_seq
         with self._connection("read") as conn:
             if pin is None:
-                rows = self._read_rows(conn, session_id, since_seq, until, limit, from_end)
+                rows = sqlops.read_session_rows(conn, session_id, since_seq, until, limit, from_end)
             else:
                 conn.execute("BEGIN")
                 try:
-                    self._check_pin(conn, session_id, pin)
-                    rows = self._read_rows(conn, session_id, since_seq, until, limit, from_end)
+                    sqlops.check_pin(conn, session_id, pin)
+                    rows = sqlops.read_session_rows(
+                        conn, session_id, since_seq, until, limit, from_end
+                    )
                 finally:
                     conn.execute("COMMIT")
         return events_from_rows(session_id, rows)
-
-    @staticmethod
-    def _read_rows(
-        conn: apsw.Connection,
-        session_id: str,
-        since: int,
-        until: int,
-        limit: int | None,
-        from_end: bool,
-    ) -> list[tuple[Any, ...]]:
-        row = conn.execute(
-            "SELECT sid, base_sid, base_seq, head FROM sessions WHERE id=?", (session_id,)
-        ).fetchone()
-        if row is None:
-            return []
-        sid, base_sid, base_seq, head = row
-        if base_sid is None:  # the common case: one range, one statement
-            return [
-                tuple(r)
-                for r in conn.execute(
-                    "SELECT seq, ts, kind, data, run_id FROM events "
-                    "WHERE sid=? AND seq>? AND seq<=? "
-                    + ("ORDER BY seq DESC LIMIT ?" if from_end else "ORDER BY seq LIMIT ?"),
-                    (sid, since, until, -1 if limit is None else limit),
-                )
-            ][:: -1 if from_end else 1]
-        ranges = pieces(conn, sid, base_sid, base_seq, head)
-        return read_rows(conn, ranges, since, until, limit, from_end)
-
-    @staticmethod
-    def _check_pin(conn: apsw.Connection, session_id: str, pin: Pin) -> None:
-        if pin.session_id != session_id:
-            raise SnapshotExpiredError(session_id, pin.as_of_seq, "pin is for another session")
-        row = conn.execute("SELECT sid FROM sessions WHERE id=?", (session_id,)).fetchone()
-        if row is None or row[0] != pin.incarnation:
-            raise SnapshotExpiredError(session_id, pin.as_of_seq, "the session was deleted")
-        cut = _one(
-            conn,
-            "SELECT min(to_seq) FROM cuts WHERE sid=? AND epoch>?",
-            (pin.incarnation, pin.epoch),
-        )[0]
-        if cut is not None and cut < pin.as_of_seq:
-            raise SnapshotExpiredError(
-                session_id, pin.as_of_seq, f"events after seq {cut} were truncated"
-            )
 
     def head(self, session_id: str) -> int:
         """See :meth:`Store.head`."""
@@ -654,15 +381,15 @@ class SqliteStore:
             row = conn.execute("SELECT sid FROM sessions WHERE id=?", (session_id,)).fetchone()
             if row is None:
                 return None
-            return lineage_find_run(conn, _ranges(conn, row[0]), run_id)
+            return lineage_find_run(conn, sqlops.ranges_of(conn, row[0]), run_id)
 
     def refresh_pin(self, pin: Pin) -> Pin:
         """See :meth:`Store.refresh_pin`."""
         with self._connection("refresh_pin") as conn:
             conn.execute("BEGIN")
             try:
-                self._check_pin(conn, pin.session_id, pin)
-                head, epoch = _one(
+                sqlops.check_pin(conn, pin.session_id, pin)
+                head, epoch = sqlops.one(
                     conn, "SELECT head, epoch FROM sessions WHERE sid=?", (pin.incarnation,)
                 )
             finally:
@@ -708,7 +435,7 @@ class SqliteStore:
                     return None
                 sid, _, seq, epoch, state = row
                 try:
-                    self._check_pin(conn, session_id, Pin(session_id, seq, sid, epoch))
+                    sqlops.check_pin(conn, session_id, Pin(session_id, seq, sid, epoch))
                 except SnapshotExpiredError:
                     return None
                 return int(seq), str(state)
@@ -780,7 +507,7 @@ class SqliteStore:
     def data_version(self) -> int:
         """``PRAGMA data_version``: changes when another connection or process commits."""
         with self._connection("data_version") as conn:
-            return int(_one(conn, "PRAGMA data_version")[0])
+            return int(sqlops.one(conn, "PRAGMA data_version")[0])
 
     def clone(self) -> SqliteStore:
         """Another connection to the same file with the same settings."""

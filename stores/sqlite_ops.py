@@ -1,0 +1,308 @@
+"""The SQL of SqliteStore's writes and reads, as functions of one connection.
+
+Every function runs inside a transaction its caller opened (writes: ``BEGIN IMMEDIATE``),
+on the connection's owner thread; none commits. Errors are tidelog errors (the caller's
+``map_errors`` translates driver exceptions).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import apsw
+
+from .contract import AppendOp, BatchResult, GroupOp, Pin, ReplaceOp, TruncateOp, WriteOp
+from .errors import (
+    ConflictError,
+    InvalidArgumentError,
+    OwnershipLostError,
+    SnapshotExpiredError,
+    TidelogError,
+)
+from .records import PreparedEvent, encode_json
+from .sqlite_lineage import pieces, protect_children, read_rows
+
+
+def one(conn: apsw.Connection, sql: str, args: tuple[Any, ...] = ()) -> tuple[Any, ...]:
+    """Run a query that always yields exactly one row and return it."""
+    row = conn.execute(sql, args).fetchone()
+    assert row is not None, sql
+    return tuple(row)
+
+
+def ranges_of(conn: apsw.Connection, sid: int) -> list[tuple[int, int, int]]:
+    """The ``(sid, lo, hi)`` ranges of a session's log (one unless it is a fork)."""
+    base_sid, base_seq, head = one(
+        conn, "SELECT base_sid, base_seq, head FROM sessions WHERE sid=?", (sid,)
+    )
+    return pieces(conn, sid, base_sid, base_seq, head)
+
+
+def append_many(conn: apsw.Connection, ops: Sequence[AppendOp], now: float) -> list[BatchResult]:
+    """The group-commit fast path: appends to distinct sessions, a handful of
+    statements per batch instead of several per op.
+
+    All checks (lease owner, expected head) run before anything is written, so an op
+    that fails writes nothing; the writes themselves -- one ``executemany`` for all
+    events, one for all heads -- can then only fail as a whole (I/O), which fails the
+    transaction and every op with it.
+    """
+    ids = encode_json([op.session_id for op in ops])
+    heads = {
+        row[0]: (row[1], row[2])
+        for row in conn.execute(
+            "SELECT s.id, s.sid, s.head FROM json_each(?) AS j "
+            "JOIN sessions AS s ON s.id = j.value",
+            (ids,),
+        )
+    }
+    owners: dict[str, str] = {}
+    if any(op.owner is not None for op in ops):
+        owners = {
+            row[0]: row[1]
+            for row in conn.execute(
+                "SELECT l.id, l.owner FROM json_each(?) AS j JOIN leases AS l ON l.id = j.value",
+                (ids,),
+            )
+        }
+    results: list[BatchResult] = []
+    rows: list[tuple[Any, ...]] = []
+    updates: list[tuple[int, float, int]] = []
+    for op in ops:
+        known = heads.get(op.session_id)
+        head = 0 if known is None else int(known[1])
+        try:
+            if op.owner is not None and owners.get(op.session_id) != op.owner:
+                raise OwnershipLostError(op.session_id)
+            events = op.events
+            if op.expected_head is not None and op.expected_head != head:
+                done = landed(conn, known[0], op, head) if op.retry and known else 0
+                if not done:
+                    raise ConflictError(op.session_id, op.expected_head, head)
+                events = events[done:]
+        except TidelogError as exc:
+            results.append(exc)
+            continue
+        if not events:
+            results.append(head)
+            continue
+        if known is None:
+            conn.execute(
+                "INSERT INTO sessions(id, created_at, updated_at, header) VALUES (?,?,?,?)",
+                (op.session_id, now, now, op.header_json),
+            )
+            sid = conn.last_insert_rowid()
+        else:
+            sid = known[0]
+        rows.extend(
+            (sid, head + i, now, ev.kind, ev.data_json, ev.run_id)
+            for i, ev in enumerate(events, start=1)
+        )
+        updates.append((head + len(events), now, sid))
+        results.append(head + len(events))
+    if rows:
+        conn.executemany(
+            "INSERT INTO events(sid, seq, ts, kind, data, run_id) VALUES (?,?,?,?,?,?)", rows
+        )
+        conn.executemany("UPDATE sessions SET head=?, updated_at=? WHERE sid=?", updates)
+    return results
+
+
+def apply_op(conn: apsw.Connection, op: WriteOp, now: float) -> int:
+    """Apply one op of a general batch (the caller holds a savepoint); its result."""
+    if isinstance(op, AppendOp):
+        return apply_append(conn, op, now)
+    if isinstance(op, GroupOp):
+        for member in op.ops:  # the caller's savepoint makes the group all or nothing
+            apply_op(conn, member, now)
+        return len(op.ops)
+    check_owner(conn, op.session_id, op.owner)
+    if isinstance(op, TruncateOp):
+        return truncate_session(conn, op.session_id, op.to_seq, now)
+    if isinstance(op, ReplaceOp):
+        return replace_tail(conn, op, now)
+    return int(delete_session(conn, op.session_id))
+
+
+def replace_tail(conn: apsw.Connection, op: ReplaceOp, now: float) -> int:
+    """Rewrite everything after ``op.from_seq`` (a ReplaceOp); the new head."""
+    row = conn.execute("SELECT sid, head FROM sessions WHERE id=?", (op.session_id,)).fetchone()
+    head = 0 if row is None else int(row[1])
+    if op.expected_head is not None and op.expected_head != head:
+        raise ConflictError(op.session_id, op.expected_head, head)
+    if op.from_seq > head:
+        raise InvalidArgumentError(
+            f"session {op.session_id!r}: from_seq {op.from_seq} is past the head {head}"
+        )
+    if row is None:
+        conn.execute(
+            "INSERT INTO sessions(id, created_at, updated_at) VALUES (?,?,?)",
+            (op.session_id, now, now),
+        )
+        sid = conn.last_insert_rowid()
+    else:
+        sid = row[0]
+    truncate_session(conn, op.session_id, op.from_seq, now)
+    insert_events(conn, sid, op.from_seq, op.events, now)
+    return op.from_seq + len(op.events)
+
+
+def insert_events(
+    conn: apsw.Connection, sid: int, head: int, events: Sequence[PreparedEvent], now: float
+) -> None:
+    """Insert ``events`` after ``head`` and move the session's head past them."""
+    if not events:
+        return
+    conn.executemany(
+        "INSERT INTO events(sid, seq, ts, kind, data, run_id) VALUES (?,?,?,?,?,?)",
+        [
+            (sid, head + i, now, ev.kind, ev.data_json, ev.run_id)
+            for i, ev in enumerate(events, start=1)
+        ],
+    )
+    conn.execute(
+        "UPDATE sessions SET head=?, updated_at=? WHERE sid=?", (head + len(events), now, sid)
+    )
+
+
+def check_op(conn: apsw.Connection, op: WriteOp) -> BatchResult:
+    """What an op would do without writing: only used for batches that write nothing
+    (empty appends), to report conflicts and fencing all the same."""
+    if not isinstance(op, AppendOp):
+        raise InvalidArgumentError("check_op only checks appends")
+    try:
+        row = conn.execute("SELECT head FROM sessions WHERE id=?", (op.session_id,)).fetchone()
+        head = 0 if row is None else int(row[0])
+        check_owner(conn, op.session_id, op.owner)
+        if op.expected_head is not None and op.expected_head != head:
+            raise ConflictError(op.session_id, op.expected_head, head)
+        return head
+    except TidelogError as exc:
+        return exc
+
+
+def check_owner(conn: apsw.Connection, session_id: str, owner: str | None) -> None:
+    """Raise :class:`OwnershipLostError` unless ``owner`` holds the lease (fencing)."""
+    if owner is not None:
+        row = conn.execute("SELECT owner FROM leases WHERE id=?", (session_id,)).fetchone()
+        if row is None or row[0] != owner:
+            raise OwnershipLostError(session_id)
+
+
+def apply_append(conn: apsw.Connection, op: AppendOp, now: float) -> int:
+    """Apply one AppendOp of a general batch; the new head."""
+    row = conn.execute("SELECT sid, head FROM sessions WHERE id=?", (op.session_id,)).fetchone()
+    head = 0 if row is None else int(row[1])
+    check_owner(conn, op.session_id, op.owner)
+    events = op.events
+    if op.expected_head is not None and op.expected_head != head:
+        done = landed(conn, row[0], op, head) if op.retry and row else 0
+        if not done:
+            raise ConflictError(op.session_id, op.expected_head, head)
+        events = events[done:]  # an earlier attempt landed this prefix
+    if not events:
+        return head
+    if row is None:
+        conn.execute(
+            "INSERT INTO sessions(id, created_at, updated_at, header) VALUES (?,?,?,?)",
+            (op.session_id, now, now, op.header_json),
+        )
+        sid = conn.last_insert_rowid()
+    else:
+        sid = row[0]
+    insert_events(conn, sid, head, events, now)
+    return head + len(events)
+
+
+def landed(conn: apsw.Connection, sid: int, op: AppendOp, head: int) -> int:
+    """How many of a resent op's events already stand after ``expected_head`` (0 if
+    what stands there is not exactly a prefix of them)."""
+    assert op.expected_head is not None
+    landed = head - op.expected_head
+    if not 0 < landed <= len(op.events):
+        return 0
+    rows = read_rows(conn, ranges_of(conn, sid), op.expected_head, head, None, False)
+    mine = [(e.kind, e.data_json, e.run_id) for e in op.events[:landed]]
+    return landed if [tuple(r[2:]) for r in rows] == mine else 0
+
+
+def delete_session(conn: apsw.Connection, session_id: str) -> bool:
+    """Delete a session (its forks keep their prefix); False if unknown."""
+    conn.execute("DELETE FROM leases WHERE id=?", (session_id,))
+    row = conn.execute("SELECT sid FROM sessions WHERE id=?", (session_id,)).fetchone()
+    if row is None:
+        return False
+    sid = row[0]
+    protect_children(conn, sid, 0, deleting=True)
+    conn.execute("DELETE FROM events WHERE sid=?", (sid,))
+    conn.execute("DELETE FROM cuts WHERE sid=?", (sid,))
+    conn.execute("DELETE FROM projections WHERE sid=?", (sid,))
+    conn.execute("DELETE FROM sessions WHERE sid=?", (sid,))
+    return True
+
+
+def truncate_session(conn: apsw.Connection, session_id: str, to_seq: int, now: float) -> int:
+    """Remove events after ``to_seq`` (forks keep their prefix); how many."""
+    row = conn.execute("SELECT sid, head, epoch FROM sessions WHERE id=?", (session_id,)).fetchone()
+    if row is None or to_seq >= row[1]:
+        return 0
+    sid, head, epoch = row
+    protect_children(conn, sid, to_seq, deleting=False)
+    conn.execute("DELETE FROM events WHERE sid=? AND seq>?", (sid, to_seq))
+    conn.execute(
+        "UPDATE sessions SET head=?, epoch=?, updated_at=?, base_seq=min(base_seq, ?) WHERE sid=?",
+        (to_seq, epoch + 1, now, to_seq, sid),
+    )
+    conn.execute("INSERT INTO cuts(sid, epoch, to_seq) VALUES (?,?,?)", (sid, epoch + 1, to_seq))
+    return int(head - to_seq)
+
+
+# -- reads -------------------------------------------------------------------------
+
+
+def read_session_rows(
+    conn: apsw.Connection,
+    session_id: str,
+    since: int,
+    until: int,
+    limit: int | None,
+    from_end: bool,
+) -> list[tuple[Any, ...]]:
+    """Rows ``(seq, ts, kind, data, run_id)`` of a read window, forks included."""
+    row = conn.execute(
+        "SELECT sid, base_sid, base_seq, head FROM sessions WHERE id=?", (session_id,)
+    ).fetchone()
+    if row is None:
+        return []
+    sid, base_sid, base_seq, head = row
+    if base_sid is None:  # the common case: one range, one statement
+        return [
+            tuple(r)
+            for r in conn.execute(
+                "SELECT seq, ts, kind, data, run_id FROM events "
+                "WHERE sid=? AND seq>? AND seq<=? "
+                + ("ORDER BY seq DESC LIMIT ?" if from_end else "ORDER BY seq LIMIT ?"),
+                (sid, since, until, -1 if limit is None else limit),
+            )
+        ][:: -1 if from_end else 1]
+    ranges = pieces(conn, sid, base_sid, base_seq, head)
+    return read_rows(conn, ranges, since, until, limit, from_end)
+
+
+def check_pin(conn: apsw.Connection, session_id: str, pin: Pin) -> None:
+    """Raise :class:`SnapshotExpiredError` if ``pin``'s version was destroyed."""
+    if pin.session_id != session_id:
+        raise SnapshotExpiredError(session_id, pin.as_of_seq, "pin is for another session")
+    row = conn.execute("SELECT sid FROM sessions WHERE id=?", (session_id,)).fetchone()
+    if row is None or row[0] != pin.incarnation:
+        raise SnapshotExpiredError(session_id, pin.as_of_seq, "the session was deleted")
+    cut = one(
+        conn,
+        "SELECT min(to_seq) FROM cuts WHERE sid=? AND epoch>?",
+        (pin.incarnation, pin.epoch),
+    )[0]
+    if cut is not None and cut < pin.as_of_seq:
+        raise SnapshotExpiredError(
+            session_id, pin.as_of_seq, f"events after seq {cut} were truncated"
+        )
