@@ -166,3 +166,27 @@ async def test_cancel_queued_append_withdraws_in_flight_append_lands(
             if not released:
                 blocker.execute("ROLLBACK")
             blocker.close()
+
+
+async def test_cancel_fork_at_every_checkpoint(make_runtime: RuntimeFactory) -> None:
+    """A cancelled fork either created the whole child or nothing; the runtime serves on."""
+    async with make_runtime() as rt:
+        async with rt.open_session("src") as w:
+            await w.append([NewEvent("k", {"n": i}) for i in range(5)])
+        step = 0
+        while True:
+            step += 1
+            child = f"child-{step}"
+            cancelled = await _run_cancelled_at(step, functools.partial(rt.fork, "src", child))
+            info = await rt.stat(child)
+            if info is not None:
+                assert info.head == 5 and info.parent == ("src", 5)
+                assert len(await rt._read(child, 0, None, None)) == 5
+            else:
+                assert cancelled
+            if not cancelled:
+                assert info is not None
+                break
+            assert step < 50
+        async with rt.open_session("src") as w:
+            assert await w.append([NewEvent("k", {"n": 99})]) == 6
