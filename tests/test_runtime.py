@@ -517,7 +517,7 @@ async def test_runtime_flush_ignores_other_sessions_starting_or_dead(rt: Runtime
         async with trio.open_nursery() as nursery:
             nursery.start_soon(opener)
             while "b" not in rt._supervisor.actors:
-                await trio.sleep(0)
+                await trio.lowlevel.checkpoint()  # catch it while it is starting
             await rt.flush()
         async with rt.open_session("gone") as g:
             await g.append([ev(1)])
