@@ -1,0 +1,164 @@
+"""The shared Store conformance suite: every backend, built-in or third-party, runs it.
+
+Usage, in a test module of the backend::
+
+    from stores.conformance import DurableStoreConformance, StoreConformance
+
+    class TestMyStore(StoreConformance):              # non-durable backend
+        def make_store(self, tmp_path):
+            return MyStore()
+
+    class TestMyDurableStore(DurableStoreConformance):  # durable backend
+        def make_store(self, tmp_path):
+            return MyDurableStore(tmp_path / "data")
+
+        def reopen_store(self, store, tmp_path):
+            store.close()
+            return MyDurableStore(tmp_path / "data")
+
+The base classes are not named ``Test*`` so pytest only collects them through a subclass.
+Every test is synchronous and pins one behaviour of the contract in ``stores/contract.py``
+(the docstrings there are the specification) and ``DESIGN.md``.
+"""
+
+from __future__ import annotations
+
+import pathlib
+import time
+
+import pytest
+
+from stores import AppendOp, ConflictError, NewEvent, Store
+
+from ._support import _GOOD_PAYLOADS, _events, _prepared, _seqs, _strict_equal
+from .batches import BatchCases
+from .forks import ForkCases
+from .handles import HandleCases
+from .inputs import InputCases
+from .leases import LeaseAndPinCases
+from .log import LogCases
+
+__all__ = ["DurableStoreConformance", "StoreConformance"]
+
+
+class StoreConformance(LogCases, InputCases, BatchCases, LeaseAndPinCases, HandleCases, ForkCases):
+    """Conformance cases for any :class:`~stores.contract.Store`.
+
+    Subclass it (as ``Test...``) and implement :meth:`make_store`.
+    """
+
+
+class DurableStoreConformance(StoreConformance):
+    """Adds the durability cases (data survives close + reopen) for durable backends.
+
+    Subclasses implement :meth:`reopen_store` as well as :meth:`make_store`.
+    """
+
+    def test_store_is_durable(self, store: Store) -> None:
+        """A durable backend says so: ``durable`` is True."""
+        assert store.durable is True
+
+    def test_reopen_keeps_events_and_heads(self, store: Store, tmp_path: pathlib.Path) -> None:
+        """Events (seq, ts, kind, data, run_id) and heads survive reopen."""
+        store.append("a", _events(3, tag="a"))
+        store.append("a", [NewEvent("r", {"x": 1}, run_id="run")])
+        store.append("b", _events(2, tag="b"))
+        before_a, before_b = store.read("a"), store.read("b")
+        reopened = self._reopen(store, tmp_path)
+        assert reopened.read("a") == before_a
+        assert reopened.read("b") == before_b
+        assert (reopened.head("a"), reopened.head("b")) == (4, 2)
+
+    def test_reopen_keeps_headers_and_stat(self, store: Store, tmp_path: pathlib.Path) -> None:
+        """Headers and the whole SessionInfo survive reopen."""
+        store.create("a", {"title": "ünï 🎉", "n": 2**70})
+        store.create("empty")
+        store.append("a", _events(2))
+        before = {sid: store.stat(sid) for sid in ("a", "empty")}
+        reopened = self._reopen(store, tmp_path)
+        assert {sid: reopened.stat(sid) for sid in ("a", "empty")} == before
+
+    def test_reopen_keeps_list_order(self, store: Store, tmp_path: pathlib.Path) -> None:
+        """list_sessions order (most recently updated first) survives reopen."""
+        for name in ("a", "b", "c"):
+            store.append(name, _events(1))
+            time.sleep(0.01)
+        store.append("a", _events(1))
+        before = store.list_sessions()
+        assert [i.id for i in before] == ["a", "c", "b"]
+        reopened = self._reopen(store, tmp_path)
+        assert reopened.list_sessions() == before
+
+    def test_reopen_keeps_truncation(self, store: Store, tmp_path: pathlib.Path) -> None:
+        """A truncation survives reopen and later appends reuse the seqs."""
+        store.append("s", _events(5, tag="old"))
+        store.truncate("s", 2)
+        reopened = self._reopen(store, tmp_path)
+        assert _seqs(reopened.read("s")) == [1, 2]
+        assert reopened.append("s", _events(1, tag="new")) == 3
+        assert reopened.read("s")[2].data == {"i": 0, "tag": "new"}
+
+    def test_reopen_keeps_delete(self, store: Store, tmp_path: pathlib.Path) -> None:
+        """A deleted session stays deleted after reopen."""
+        store.append("gone", _events(2))
+        store.append("kept", _events(1))
+        store.delete("gone")
+        reopened = self._reopen(store, tmp_path)
+        assert reopened.stat("gone") is None
+        assert reopened.read("gone") == []
+        assert [i.id for i in reopened.list_sessions()] == ["kept"]
+
+    def test_reopen_keeps_payloads_exact(self, store: Store, tmp_path: pathlib.Path) -> None:
+        """Every round-trip payload is still exact after reopen."""
+        names = sorted(_GOOD_PAYLOADS)
+        store.append("s", [NewEvent("k", _GOOD_PAYLOADS[name]) for name in names])
+        reopened = self._reopen(store, tmp_path)
+        events = reopened.read("s")
+        assert len(events) == len(names)
+        for name, event in zip(names, events, strict=True):
+            assert _strict_equal(event.data, _GOOD_PAYLOADS[name]), name
+
+    def test_reopen_keeps_write_batch(self, store: Store, tmp_path: pathlib.Path) -> None:
+        """Ops committed by write_batch (sync or not) survive reopen; failed ops stay absent."""
+        store.write_batch([AppendOp("a", _prepared(2))])
+        store.write_batch(
+            [AppendOp("b", _prepared(1), header_json='{"h":1}'), AppendOp("c", _prepared(1), 5)],
+            sync=True,
+        )
+        reopened = self._reopen(store, tmp_path)
+        assert (reopened.head("a"), reopened.head("b")) == (2, 1)
+        stat = reopened.stat("b")
+        assert stat is not None and stat.header == {"h": 1}
+        assert reopened.stat("c") is None
+
+    def test_reopen_continues_seqs(self, store: Store, tmp_path: pathlib.Path) -> None:
+        """Appends after reopen continue from the stored head, with expected_head checks."""
+        store.append("s", _events(3))
+        reopened = self._reopen(store, tmp_path)
+        with pytest.raises(ConflictError):
+            reopened.append("s", _events(1), expected_head=0)
+        assert reopened.append("s", _events(2), expected_head=3) == 5
+        assert _seqs(reopened.read("s")) == [1, 2, 3, 4, 5]
+
+    def test_reopen_twice(self, store: Store, tmp_path: pathlib.Path) -> None:
+        """Data written after one reopen survives the next."""
+        store.append("s", _events(1))
+        second = self._reopen(store, tmp_path)
+        second.append("s", _events(1))
+        second.create("t", {"v": 1})
+        third = self._reopen(second, tmp_path)
+        assert third.head("s") == 2
+        stat = third.stat("t")
+        assert stat is not None and stat.header == {"v": 1}
+
+    def test_reopen_keeps_forks(self, store: Store, tmp_path: pathlib.Path) -> None:
+        """A fork and its lineage survive reopen, and deleting the parent afterwards keeps
+        the child's events."""
+        store.append("p", _events(5, tag="p"))
+        store.fork("p", "c", at_seq=3)
+        reopened = self._reopen(store, tmp_path)
+        stat = reopened.stat("c")
+        assert stat is not None and stat.parent == ("p", 3)
+        expected = [e.data for e in reopened.read("p")][:3]
+        reopened.delete("p")
+        assert [e.data for e in reopened.read("c")] == expected
