@@ -13,7 +13,12 @@ from typing import Any, TypeAlias
 
 import attrs
 
-from .errors import InvalidArgumentError, InvalidEventError, InvalidSessionIdError
+from .errors import (
+    InvalidArgumentError,
+    InvalidEventError,
+    InvalidSessionIdError,
+    StoreCorruptError,
+)
 
 __all__ = [
     "JSON",
@@ -249,7 +254,12 @@ def check_count(value: object, name: str) -> int | None:
 def events_from_rows(session_id: str, rows: Sequence[Sequence[Any]]) -> list[StoredEvent]:
     """Build :class:`StoredEvent` values from ``(seq, ts, kind, data_json, run_id)`` rows."""
     decode = _DECODER.decode
-    return [
-        StoredEvent(session_id, seq, ts, kind, decode(data), run_id)
-        for seq, ts, kind, data, run_id in rows
-    ]
+    try:
+        return [
+            StoredEvent(session_id, seq, ts, kind, decode(data), run_id)
+            for seq, ts, kind, data, run_id in rows
+        ]
+    except (ValueError, TypeError, RecursionError) as exc:
+        raise StoreCorruptError(
+            f"session {session_id!r}: a stored event is not valid JSON ({exc})"
+        ) from exc

@@ -11,6 +11,7 @@ tidelog is refused untouched; an older one is migrated step by step in one trans
 
 from __future__ import annotations
 
+import contextlib
 import os
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -142,6 +143,8 @@ def map_errors(what: str) -> Iterator[None]:
         raise StoreIOError(f"{what}: I/O failure ({exc})") from exc
     except (apsw.ConnectionClosedError, apsw.CursorClosedError) as exc:
         raise ClosedError(f"{what}: the connection is closed") from exc
+    except UnicodeDecodeError as exc:  # damaged text in a page that still parses
+        raise StoreCorruptError(f"{what}: stored text is not UTF-8 ({exc})") from exc
     except apsw.Error as exc:
         raise StoreError(f"{what}: {type(exc).__name__}: {exc}") from exc
 
@@ -200,6 +203,26 @@ def _migrate(conn: apsw.Connection) -> None:
         raise
 
 
+_MAGIC = b"SQLite format 3\x00"
+_HEADER_SIZE = 100
+
+
+def _check_header(path: str) -> None:
+    """Refuse, untouched, a non-empty file that cannot be a whole SQLite database (no
+    SQLite header, or cut before the end of it): SQLite would treat some of these as a
+    new, empty database and we would write a schema into them."""
+    try:
+        with open(path, "rb") as f:
+            head = f.read(_HEADER_SIZE)
+    except OSError as exc:
+        raise StoreIOError(f"cannot read database file {path!r}: {exc}") from exc
+    if not head:
+        return  # a new (empty) file
+    if len(head) < _HEADER_SIZE or not head.startswith(_MAGIC):
+        what = "a truncated SQLite file" if _MAGIC.startswith(head[:16]) else "not a database"
+        raise StoreCorruptError(f"open {path!r}: {what} ({len(head)}+ bytes, no full header)")
+
+
 def _create_file(path: str) -> None:
     """Create the database file owner-writable only (no group/world write)."""
     try:
@@ -231,12 +254,22 @@ def open_connection(
     if type(busy_timeout_ms) is not int or busy_timeout_ms < 0:
         raise InvalidArgumentError(f"busy_timeout_ms must be an int >= 0, not {busy_timeout_ms!r}")
     _create_file(path)
+    _check_header(path)
+    sidecars = {suffix: os.path.exists(path + suffix) for suffix in ("-wal", "-shm")}
     with map_errors(f"open {path!r}"):
         conn = apsw.Connection(path, flags=apsw.SQLITE_OPEN_READWRITE | apsw.SQLITE_OPEN_NOFOLLOW)
     try:
         with map_errors(f"open {path!r}"):
+            # Until the file is known to be ours and sound, nothing may change it: no
+            # checkpoint of a WAL found next to it on close, no journal-mode switch, no
+            # migration. A refused file is left exactly as it was.
+            conn.config(apsw.SQLITE_DBCONFIG_NO_CKPT_ON_CLOSE, 1)
             conn.set_busy_timeout(busy_timeout_ms)
             version = _check_identity(conn)
+            if integrity_check and version > 0:
+                ok, detail = check_integrity(conn)
+                if not ok:
+                    raise StoreCorruptError(f"open {path!r}: integrity check failed: {detail}")
             if version < SCHEMA_VERSION:
                 mode = _scalar(conn, "PRAGMA journal_mode=WAL")
                 if mode != "wal":
@@ -246,15 +279,25 @@ def open_connection(
                 mode = _scalar(conn, "PRAGMA journal_mode")
                 if mode != "wal":
                     _scalar(conn, "PRAGMA journal_mode=WAL")
+            conn.config(apsw.SQLITE_DBCONFIG_NO_CKPT_ON_CLOSE, 0)
             conn.execute(f"PRAGMA synchronous={synchronous.upper()}")
-            if integrity_check:
-                ok, detail = check_integrity(conn)
-                if not ok:
-                    raise StoreCorruptError(f"open {path!r}: integrity check failed: {detail}")
     except BaseException:
         conn.close()
+        _remove_new_sidecars(path, sidecars)
         raise
     return conn
+
+
+def _remove_new_sidecars(path: str, existed: dict[str, bool]) -> None:
+    """After refusing a file: remove the empty -wal and the -shm that opening created."""
+    for suffix, was_there in existed.items():
+        sidecar = path + suffix
+        if was_there or not os.path.exists(sidecar):
+            continue
+        if suffix == "-wal" and os.path.getsize(sidecar) != 0:
+            continue  # never delete frames: they may be someone's data
+        with contextlib.suppress(OSError):
+            os.remove(sidecar)
 
 
 def check_integrity(conn: apsw.Connection) -> tuple[bool, str]:
