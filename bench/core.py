@@ -153,7 +153,15 @@ class Case:
 
     def missing(self) -> list[str]:
         """The optional modules this case needs that are not installed."""
-        return [m for m in self.requires if importlib.util.find_spec(m) is None]
+        return [m for m in self.requires if not _installed(m)]
+
+
+def _installed(module: str) -> bool:
+    """True if ``module`` (dotted names too) can be imported."""
+    try:
+        return importlib.util.find_spec(module) is not None
+    except ImportError:  # a parent package is missing
+        return False
 
 
 @dataclass(frozen=True)
@@ -193,12 +201,23 @@ class Row:
     note: str = ""
     #: Shown in the reference column instead of the reference case's system name.
     reference_label: str = ""
+    #: Instead of ``reference``: the best of these ``(case, metric)`` pairs in each round
+    #: (the highest if ``higher_is_better``, else the lowest), skipping cases that are not
+    #: installed or failed. Used for "the best alternative".
+    best_of: tuple[tuple[str, str], ...] = ()
+    higher_is_better: bool = True
+
+    def __post_init__(self) -> None:
+        if self.best_of and self.reference is not None:
+            raise ValueError(f"row {self.label!r}: give reference or best_of, not both")
 
     def cases(self) -> list[str]:
-        """The cases this row needs (its own and its reference's)."""
+        """The cases this row needs (its own and its references')."""
         keys = [self.case]
-        if self.reference is not None and self.reference[0] not in keys:
-            keys.append(self.reference[0])
+        refs = [self.reference] if self.reference is not None else list(self.best_of)
+        for ref_case, _ in refs:
+            if ref_case not in keys:
+                keys.append(ref_case)
         return keys
 
 

@@ -66,12 +66,13 @@ def to_json(
                 "unit": r.row.unit,
                 "rounds": [_num(v) for v in r.rounds],
                 "reference": None
-                if r.row.reference is None
+                if r.reference_key is None
                 else {
-                    "case": r.row.reference[0],
-                    "metric": r.row.reference[1],
+                    "case": r.reference_key[0],
+                    "metric": r.reference_key[1],
                     "system": r.reference_system,
                     "value": _num(r.reference_value),
+                    "best_of": [list(k) for k in r.row.best_of] or None,
                 },
                 "ratio": _num(r.ratio),
                 "ratio_of_medians": _num(r.ratio_of_medians),

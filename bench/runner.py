@@ -71,6 +71,8 @@ class RowResult:
     status: str
     #: The unpaired ratio (median value / median reference value), kept in the JSON.
     ratio_of_medians: float | None = None
+    #: The reference's ``(case, metric)``: the row's own, or the best one of ``best_of``.
+    reference_key: tuple[str, str] | None = None
 
 
 def _workload_key(name: str) -> tuple[str, int, str]:
@@ -159,17 +161,26 @@ def evaluate(selected: Sequence[Row], results: dict[str, CaseResult]) -> list[Ro
         result = results[row.case]
         value = result.median(row.metric)
         ref_system = ref_value = ratio = ratio_of_medians = None
-        if row.reference is not None:
+        ref_key: tuple[str, str] | None = row.reference
+        if row.best_of:
+            ref_key, ref_result, ref_rounds = _best_of(row, results)
+            if ref_key is not None and ref_result is not None:
+                ref_system = f"best alternative: {ref_result.system}"
+                ref_value = ref_result.median(ref_key[1])
+            ratio = _paired_ratio_values(result, row.metric, ref_rounds)
+        elif row.reference is not None:
             ref_result = results[row.reference[0]]
             ref_system = row.reference_label or ref_result.system
             ref_value = ref_result.median(row.reference[1])
-            if value is not None and ref_value:
-                ratio_of_medians = value / ref_value
             ratio = _paired_ratio(result, ref_result, row.metric, row.reference[1])
+        if value is not None and ref_value:
+            ratio_of_medians = value / ref_value
         if result.missing:
             status = "not installed"
         elif result.errors and value is None:
             status = "ERROR"
+        elif row.best_of and ref_key is None:
+            status = "n/a (no alternative installed)"
         elif row.target is None:
             status = row.note or "-"
         elif value is None:
@@ -188,9 +199,44 @@ def evaluate(selected: Sequence[Row], results: dict[str, CaseResult]) -> list[Ro
                 ratio,
                 status,
                 ratio_of_medians,
+                ref_key,
             )
         )
     return out
+
+
+def _best_of(
+    row: Row, results: dict[str, CaseResult]
+) -> tuple[tuple[str, str] | None, CaseResult | None, list[float | None]]:
+    """For a ``best_of`` row: the pair whose median is best (for the table), and the best
+    value among the candidates in each round (for the paired ratio)."""
+    pick = max if row.higher_is_better else min
+    candidates = [
+        (key, results[key[0]])
+        for key in row.best_of
+        if not results[key[0]].missing and results[key[0]].median(key[1]) is not None
+    ]
+    if not candidates:
+        return None, None, []
+    best_key, best_result = pick(candidates, key=lambda c: c[1].median(c[0][1]) or 0.0)
+    rounds = max(len(r.rounds) for _, r in candidates)
+    per_round: list[float | None] = []
+    for i in range(rounds):
+        values = [v for (_, m), r in candidates if (v := r.value(i, m)) is not None]
+        per_round.append(pick(values) if values else None)
+    return best_key, best_result, per_round
+
+
+def _paired_ratio_values(
+    result: CaseResult, metric: str, references: Sequence[float | None]
+) -> float | None:
+    """Median over rounds of value / ``references[round]``."""
+    ratios = []
+    for i, ref in enumerate(references):
+        value = result.value(i, metric)
+        if value is not None and ref:
+            ratios.append(value / ref)
+    return statistics.median(ratios) if ratios else None
 
 
 def _paired_ratio(

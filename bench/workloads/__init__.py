@@ -1,10 +1,30 @@
 """Workload families, one module each. Importing a module registers its cases and rows.
 
-The table groups rows by workload (W2, W4, W9, ...), and keeps registration order within a
-workload, i.e. the order of the imports below (alphabetical). Add a family by adding a
-module and importing it here.
+The table groups rows by workload (W1, W2, ..., W9), and keeps registration order within a
+workload, i.e. the order of the imports below. Add a family by adding a module and
+importing it here.
 """
 
-from . import baseline, group_commit, read_while_write
+from . import (
+    baseline,
+    cold_load,
+    disk,
+    group_commit,
+    multiprocess,
+    read_while_write,
+    scale,
+    single_session,
+    tail_latency,
+)
 
-__all__ = ["baseline", "group_commit", "read_while_write"]
+__all__ = [
+    "baseline",
+    "cold_load",
+    "disk",
+    "group_commit",
+    "multiprocess",
+    "read_while_write",
+    "scale",
+    "single_session",
+    "tail_latency",
+]

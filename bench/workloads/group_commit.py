@@ -16,6 +16,8 @@ Systems:
   with tidelog's default).
 * ``tidelog``: ``open_runtime(path, synchronous=...)``, one ``SessionWriter`` per task,
   ``await w.append([NewEvent("message", PAYLOAD)])``.
+* the alternatives (:mod:`bench.alternatives`, FULL like sqlite3's default): one
+  repetition each, no lag probe. Synchronous libraries run in trio worker threads.
 """
 
 from __future__ import annotations
@@ -31,10 +33,12 @@ import trio
 
 from runtime import NewEvent, SessionWriter, open_runtime
 
+from ..alternatives import ALL as ALTERNATIVES
+from ..alternatives import Alternative
 from ..core import PAYLOAD, CaseContext, LagProbe, Metrics, Row, Target, case, encode_payload, rows
 from ..raw import RawSync, insert_rows, open_raw
 
-__all__ = ["REPEATS", "shape"]
+__all__ = ["REPEATS", "Gate", "RawGroupCommit", "shape", "timed_clients"]
 
 
 #: Back-to-back repetitions of the workload per measurement (one timed region of 100 x 50
@@ -49,7 +53,7 @@ def shape(ctx: CaseContext) -> tuple[int, int]:
     return sessions, ctx.n(50)
 
 
-class _Gate:
+class Gate:
     """Start every client together; note when the last one finished."""
 
     def __init__(self, clients: int) -> None:
@@ -75,7 +79,9 @@ class _Gate:
             self.all_done.set()
 
 
-async def _timed(gate: _Gate, spawn: Callable[[trio.Nursery], None]) -> tuple[float, LagProbe]:
+async def timed_clients(
+    gate: Gate, spawn: Callable[[trio.Nursery], None]
+) -> tuple[float, LagProbe]:
     """Spawn the clients, start them together, return (elapsed, probe)."""
     probe = LagProbe()
     async with trio.open_nursery() as nursery:
@@ -127,7 +133,7 @@ def _repeat(ctx: CaseContext, once: Callable[[Path], _Run]) -> Metrics:
 # -- raw apsw group-commit loop -------------------------------------------------------------
 
 
-class _RawGroupCommit:
+class RawGroupCommit:
     """One writer task commits everything queued, one transaction per thread hop."""
 
     def __init__(self, conn: apsw.Connection) -> None:
@@ -163,8 +169,8 @@ class _RawGroupCommit:
 async def _raw_main(path: Path, synchronous: RawSync, sessions: int, appends: int) -> _Run:
     conn = open_raw(path, synchronous)
     try:
-        loop = _RawGroupCommit(conn)
-        gate = _Gate(sessions)
+        loop = RawGroupCommit(conn)
+        gate = Gate(sessions)
 
         async def client(session: str) -> None:
             await gate.arrive()
@@ -178,7 +184,7 @@ async def _raw_main(path: Path, synchronous: RawSync, sessions: int, appends: in
 
         async with trio.open_nursery() as writer_nursery:
             writer_nursery.start_soon(loop.run_writer)
-            elapsed, probe = await _timed(gate, spawn)
+            elapsed, probe = await timed_clients(gate, spawn)
             writer_nursery.cancel_scope.cancel()
     finally:
         conn.close()
@@ -203,7 +209,7 @@ Level = Literal["normal", "full"]
 
 async def _tidelog_main(path: Path, synchronous: Level, sessions: int, appends: int) -> _Run:
     async with open_runtime(path, synchronous=synchronous) as rt:
-        gate = _Gate(sessions)
+        gate = Gate(sessions)
 
         async def client(session: str) -> None:
             async with rt.open_session(session, mode="write") as w:
@@ -219,7 +225,7 @@ async def _tidelog_main(path: Path, synchronous: Level, sessions: int, appends: 
                 nursery.start_soon(client, f"session-{i}")
 
         before = rt.statistics()
-        elapsed, probe = await _timed(gate, spawn)
+        elapsed, probe = await timed_clients(gate, spawn)
         after = rt.statistics()
     return _Run(
         elapsed,
@@ -241,6 +247,20 @@ def _tidelog_case(synchronous: Level) -> Callable[[CaseContext], Metrics]:
     return run
 
 
+# -- alternatives ---------------------------------------------------------------------------
+
+
+def _alternative_case(alt: Alternative) -> Callable[[CaseContext], Metrics]:
+    """One repetition (not :data:`REPEATS`): the alternatives are slow and run no probe."""
+
+    def run(ctx: CaseContext) -> Metrics:
+        sessions, appends = shape(ctx)
+        with ctx.fresh_dir() as d:
+            return alt.many_sessions(d / f"{alt.key}.db", sessions, appends)
+
+    return run
+
+
 # -- registration ---------------------------------------------------------------------------
 
 _LEVELS: tuple[tuple[Level, RawSync], ...] = (("full", "FULL"), ("normal", "NORMAL"))
@@ -248,6 +268,10 @@ _LEVELS: tuple[tuple[Level, RawSync], ...] = (("full", "FULL"), ("normal", "NORM
 for _level, _raw_level in _LEVELS:
     case(f"W2/raw-{_level}", system=f"raw apsw group-commit ({_raw_level})")(_raw_case(_raw_level))
     case(f"W2/tidelog-{_level}", system=f"tidelog (synchronous={_level})")(_tidelog_case(_level))
+for _alt in ALTERNATIVES:
+    case(f"W2/{_alt.key}", system=f"{_alt.system} ({_alt.many_note})", requires=_alt.requires)(
+        _alternative_case(_alt)
+    )
 
 _W2 = "W2 100 sessions x 50 awaited appends"
 _W9 = "W9 loop lag during W2"
@@ -267,6 +291,30 @@ for _level, _raw_level in _LEVELS:
             target=Target("ratio", ">=", 0.8),
         ),
     )
+    if _level == "full":
+        rows(
+            *(
+                Row(
+                    "W2",
+                    f"{_W2}, FULL",
+                    f"W2/{alt.key}",
+                    _RATE,
+                    "events/s",
+                    reference=(_raw, _RATE),
+                    note="alternative",
+                )
+                for alt in ALTERNATIVES
+            ),
+            Row(
+                "W2",
+                f"{_W2}, FULL: tidelog vs the best alternative",
+                _tl,
+                _RATE,
+                "events/s",
+                best_of=tuple((f"W2/{alt.key}", _RATE) for alt in ALTERNATIVES),
+                target=Target("ratio", ">=", 10.0),
+            ),
+        )
 for _level, _raw_level in _LEVELS:
     _raw = f"W2/raw-{_level}"
     _tl = f"W2/tidelog-{_level}"

@@ -1,0 +1,267 @@
+"""W1 and W1b: one session, appends one after another.
+
+W1: 5,000 appends of one event (the payload) at scale 1, each awaited until committed and
+fsynced (tidelog ``synchronous="full"``; raw ``PRAGMA synchronous=FULL``, from trio with a
+thread hop per commit, and for context called directly with no trio and no hop, which is
+what the synchronous alternatives do). Also at NORMAL (committed, no fsync per commit) for
+context. The alternatives (the optional extra ``bench``) run the same loop through their
+own APIs.
+
+W1b: the same 5,000 events with ``append_nowait`` and ``flush()`` after every 100
+(tidelog, FULL), against raw apsw committing 100 rows per transaction (FULL). One W1b
+measurement is :data:`REPEATS_W1B` back-to-back repetitions in fresh databases (one
+lasts only ~0.1 s); the rate is over their summed time.
+
+The timed region is the append loop only (opening the database and session is not timed);
+every system serializes the payload inside it, once per event.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Literal
+
+import trio
+
+from runtime import NewEvent, SessionWriter, open_runtime
+
+from ..alternatives import ALL as ALTERNATIVES
+from ..alternatives import Alternative
+from ..core import PAYLOAD, CaseContext, Metrics, Row, Target, case, encode_payload, rows
+from ..raw import RawSync, insert_rows, open_raw
+
+__all__ = ["BATCH", "REPEATS_W1B", "count"]
+
+#: W1b: events per flush (tidelog) and per transaction (raw).
+BATCH = 100
+#: W1b: back-to-back repetitions per measurement (one lasts only ~0.1 s).
+REPEATS_W1B = 5
+_SESSION = "s"
+
+Level = Literal["normal", "full"]
+
+
+def count(ctx: CaseContext) -> int:
+    """Appends per measurement: 5,000 at scale 1, a multiple of :data:`BATCH`."""
+    n = ctx.n(5000, minimum=BATCH)
+    return max(BATCH, n - n % BATCH)
+
+
+def _rate(n: int, elapsed: float) -> Metrics:
+    return {"appends_per_s": n / elapsed, "events_per_s": n / elapsed, "elapsed_s": elapsed}
+
+
+def _repeat(ctx: CaseContext, repeats: int, once: Callable[[Path], Metrics]) -> Metrics:
+    """``repeats`` measurements, each in a fresh directory: rates over the summed time,
+    counters summed."""
+    runs = []
+    for _ in range(repeats):
+        with ctx.fresh_dir() as d:
+            runs.append(once(d))
+    n = sum(r["appends_per_s"] * r["elapsed_s"] for r in runs)
+    metrics = _rate(round(n), sum(r["elapsed_s"] for r in runs))
+    for key in ("batches", "fsyncs"):
+        if key in runs[0]:
+            metrics[key] = sum(r[key] for r in runs)
+    return metrics
+
+
+# -- raw apsw -------------------------------------------------------------------------------
+
+
+async def _raw(path: Path, synchronous: RawSync, n: int, per_txn: int) -> Metrics:
+    conn = open_raw(path, synchronous)
+    try:
+        limiter = trio.CapacityLimiter(1)
+        seq = 0
+        start = time.perf_counter()
+        for _ in range(n // per_txn):
+            batch = []
+            for _ in range(per_txn):
+                seq += 1
+                batch.append((_SESSION, seq, encode_payload(PAYLOAD)))
+            await trio.to_thread.run_sync(insert_rows, conn, batch, limiter=limiter)
+        return _rate(n, time.perf_counter() - start)
+    finally:
+        conn.close()
+
+
+def _raw_case(synchronous: RawSync, per_txn: int) -> Callable[[CaseContext], Metrics]:
+    repeats = REPEATS_W1B if per_txn > 1 else 1
+
+    def run(ctx: CaseContext) -> Metrics:
+        n = count(ctx)
+        return _repeat(
+            ctx, repeats, lambda d: trio.run(_raw, d / "raw.db", synchronous, n, per_txn)
+        )
+
+    return run
+
+
+def _raw_direct(path: Path, n: int) -> Metrics:
+    """Per-row FULL commits called directly on this thread (no trio, no thread hop): what
+    the synchronous alternatives do in W1."""
+    conn = open_raw(path, "FULL")
+    try:
+        start = time.perf_counter()
+        for seq in range(1, n + 1):
+            insert_rows(conn, [(_SESSION, seq, encode_payload(PAYLOAD))])
+        return _rate(n, time.perf_counter() - start)
+    finally:
+        conn.close()
+
+
+@case("W1/raw-full-direct", system="raw apsw per-row commit (FULL), called directly")
+def raw_full_direct(ctx: CaseContext) -> Metrics:
+    with ctx.fresh_dir() as d:
+        return _raw_direct(d / "raw.db", count(ctx))
+
+
+case("W1/raw-normal", system="raw apsw per-row commit (NORMAL)")(_raw_case("NORMAL", 1))
+case("W1/raw-full", system="raw apsw per-row commit (FULL)")(_raw_case("FULL", 1))
+case("W1b/raw-full-100", system="raw apsw 100 rows per transaction (FULL)")(
+    _raw_case("FULL", BATCH)
+)
+
+
+# -- tidelog --------------------------------------------------------------------------------
+
+
+async def _tidelog(path: Path, synchronous: Level, n: int, nowait: bool) -> Metrics:
+    async with (
+        open_runtime(path, synchronous=synchronous) as rt,
+        rt.open_session(_SESSION, mode="write") as w,
+    ):
+        assert isinstance(w, SessionWriter)
+        before = rt.statistics()
+        start = time.perf_counter()
+        if nowait:
+            for i in range(1, n + 1):
+                w.append_nowait([NewEvent("message", PAYLOAD)])
+                if i % BATCH == 0:
+                    await w.flush()
+        else:
+            for _ in range(n):
+                await w.append([NewEvent("message", PAYLOAD)])
+        elapsed = time.perf_counter() - start
+        after = rt.statistics()
+        assert w.committed_head == n
+    metrics = _rate(n, elapsed)
+    metrics["batches"] = float(after.batches_committed - before.batches_committed)
+    metrics["fsyncs"] = float(after.fsyncs - before.fsyncs)
+    return metrics
+
+
+def _tidelog_case(synchronous: Level, nowait: bool) -> Callable[[CaseContext], Metrics]:
+    repeats = REPEATS_W1B if nowait else 1
+
+    def run(ctx: CaseContext) -> Metrics:
+        n = count(ctx)
+        return _repeat(
+            ctx, repeats, lambda d: trio.run(_tidelog, d / "tidelog.db", synchronous, n, nowait)
+        )
+
+    return run
+
+
+case("W1/tidelog-full", system="tidelog (synchronous=full)")(_tidelog_case("full", False))
+case("W1/tidelog-normal", system="tidelog (synchronous=normal)")(_tidelog_case("normal", False))
+case("W1b/tidelog-full", system="tidelog (synchronous=full), append_nowait + flush/100")(
+    _tidelog_case("full", True)
+)
+
+
+# -- alternatives ---------------------------------------------------------------------------
+
+
+def _alternative_case(alt: Alternative) -> Callable[[CaseContext], Metrics]:
+    def run(ctx: CaseContext) -> Metrics:
+        with ctx.fresh_dir() as d:
+            metrics = alt.one_session(d / f"{alt.key}.db", count(ctx))
+        metrics["events_per_s"] = metrics["appends_per_s"]
+        return metrics
+
+    return run
+
+
+for _alt in ALTERNATIVES:
+    case(f"W1/{_alt.key}", system=f"{_alt.system} ({_alt.one_note})", requires=_alt.requires)(
+        _alternative_case(_alt)
+    )
+
+
+# -- rows -----------------------------------------------------------------------------------
+
+_W1 = "W1 1 session x 5,000 awaited appends"
+_RATE = "appends_per_s"
+_UNIT = "appends/s"
+rows(
+    Row("W1", f"{_W1}, FULL", "W1/raw-full", _RATE, _UNIT, note="reference"),
+    Row(
+        "W1",
+        f"{_W1}, FULL",
+        "W1/tidelog-full",
+        _RATE,
+        _UNIT,
+        reference=("W1/raw-full", _RATE),
+        target=Target("ratio", ">=", 0.8),
+    ),
+    Row(
+        "W1",
+        f"{_W1}, FULL",
+        "W1/raw-full-direct",
+        _RATE,
+        _UNIT,
+        reference=("W1/raw-full", _RATE),
+        note="reference",
+    ),
+    *(
+        Row(
+            "W1",
+            f"{_W1}, FULL",
+            f"W1/{alt.key}",
+            _RATE,
+            _UNIT,
+            reference=("W1/raw-full", _RATE),
+            note="alternative",
+        )
+        for alt in ALTERNATIVES
+    ),
+    Row(
+        "W1",
+        f"{_W1}, FULL: tidelog vs the best alternative",
+        "W1/tidelog-full",
+        _RATE,
+        _UNIT,
+        best_of=tuple((f"W1/{alt.key}", _RATE) for alt in ALTERNATIVES),
+        target=Target("ratio", ">=", 1.5),
+    ),
+    Row("W1", f"{_W1}, NORMAL", "W1/raw-normal", _RATE, _UNIT, note="reference"),
+    Row(
+        "W1",
+        f"{_W1}, NORMAL",
+        "W1/tidelog-normal",
+        _RATE,
+        _UNIT,
+        reference=("W1/raw-normal", _RATE),
+    ),
+    Row(
+        "W1b",
+        "W1b 1 session x 5,000 events, flush every 100, FULL",
+        "W1b/raw-full-100",
+        "events_per_s",
+        "events/s",
+        note="reference",
+    ),
+    Row(
+        "W1b",
+        "W1b 1 session x 5,000 events, flush every 100, FULL",
+        "W1b/tidelog-full",
+        "events_per_s",
+        "events/s",
+        reference=("W1b/raw-full-100", "events_per_s"),
+        target=Target("ratio", ">=", 0.5),
+    ),
+)
