@@ -32,7 +32,10 @@ __all__ = ["GroupCommitWriter", "WriterStatistics"]
 
 @attrs.frozen
 class WriterStatistics:
-    """Counters of one store's group-commit writer (see ``Runtime.statistics``)."""
+    """Counters of one store's group-commit writer (see ``Runtime.statistics``).
+
+    ``fsyncs`` counts commits that ended in an fsync barrier: the sync batches of flushes,
+    and every batch when the store fsyncs each commit (``synchronous="full"``)."""
 
     mailbox_depth: int
     batches_committed: int
@@ -72,6 +75,8 @@ class GroupCommitWriter:
         self._sync_requested = False
         self._unsynced = False
         self.running = False
+        #: A store that fsyncs every commit (SQLite ``synchronous="full"``).
+        self._every_commit_syncs = getattr(lane.store, "synchronous", None) == "full"
         self._next_batch = 1
         self.synced_through = 0
         self.sync_failed: tuple[int, TidelogError] | None = None
@@ -218,8 +223,9 @@ class GroupCommitWriter:
                         self.submit(actor, urgent=True)
             self._batches += 1
             self._events += sum(_event_count(op) for op in ops)
+            if sync or self._every_commit_syncs:
+                self._fsyncs += 1 if ops or sync else 0
             if sync:
-                self._fsyncs += 1
                 self.synced_through = number
                 self._unsynced = False
             elif ops:

@@ -89,6 +89,8 @@ class Runtime:
         self._checkpoints: RuntimeCheckpointer | None = None
         self._history: RuntimeHistory | None = None
         self._projections: dict[str, Projection] = {p.name: p for p in BUILTIN_PROJECTIONS}
+        self._housekeeping = 0
+        self._housekeeping_done = trio.Event()
 
     def _check_open(self) -> None:
         if self._closed:
@@ -178,9 +180,28 @@ class Runtime:
         return await lane.run(lambda: lane.store.fork(source, new_id, at_seq=at))
 
     def _background(self, fn: Callable[..., Awaitable[None]], *args: object) -> None:
-        """Run ``fn(*args)`` in the runtime's nursery (best-effort housekeeping)."""
-        if not self._closed:
-            self._supervisor._nursery.start_soon(fn, *args)
+        """Run ``fn(*args)`` in the runtime's nursery (best-effort housekeeping that the
+        runtime's exit waits for, up to a few seconds, before closing its lanes)."""
+        if self._closed:
+            return
+
+        async def tracked() -> None:
+            try:
+                await fn(*args)
+            finally:
+                self._housekeeping -= 1
+                if self._housekeeping == 0:
+                    self._housekeeping_done.set()
+                    self._housekeeping_done = trio.Event()
+
+        self._housekeeping += 1
+        self._supervisor._nursery.start_soon(tracked)
+
+    async def _wait_housekeeping(self) -> None:
+        """Let background housekeeping finish: it is part of a clean exit. The caller
+        bounds the wait."""
+        while self._housekeeping:
+            await self._housekeeping_done.wait()
 
     # -- sessions ----------------------------------------------------------------------
 
@@ -509,7 +530,9 @@ async def open_runtime(
 async def _shutdown(
     runtime: Runtime, supervisor: Supervisor, writer: GroupCommitWriter, hub: ChangeHub
 ) -> None:
-    """Drain actors, make everything durable, then stop accepting calls."""
+    """Finish housekeeping, drain actors, make everything durable, stop accepting calls."""
+    with trio.move_on_after(5.0):
+        await runtime._wait_housekeeping()
     await supervisor.stop_all()
     if writer.running and writer.needs_sync:
         number = writer.request_sync()
