@@ -210,20 +210,36 @@ def prepare_events(events: Iterable[NewEvent]) -> list[PreparedEvent]:
             refused (callers write nothing).
         InvalidArgumentError: ``events`` is not a sequence of :class:`NewEvent`.
     """
-    if isinstance(events, NewEvent | str | bytes | Mapping) or not isinstance(events, Iterable):
+    plain = type(events) is list or type(events) is tuple  # the usual case: no ABC checks
+    if not plain and (
+        isinstance(events, NewEvent | str | bytes | Mapping) or not isinstance(events, Iterable)
+    ):
         raise InvalidArgumentError(
             f"events must be a sequence of NewEvent, not {type(events).__name__}"
         )
     prepared: list[PreparedEvent] = []
+    known = _KNOWN_TEXT
     for index, event in enumerate(events):
-        if not isinstance(event, NewEvent):
+        if type(event) is not NewEvent and not isinstance(event, NewEvent):
             raise InvalidEventError(index, None, f"expected a NewEvent, not {type(event).__name__}")
-        kind = _check_text(event.kind, "kind", index, event.kind)
+        kind = event.kind
+        if type(kind) is not str or kind not in known:
+            _remember(_check_text(kind, "kind", index, kind))
         run_id = event.run_id
-        if run_id is not None:
+        if run_id is not None and (type(run_id) is not str or run_id not in known):
             _check_text(run_id, "run_id", index, kind)
         prepared.append(PreparedEvent(kind, _exact_json_text(event.data, index, kind), run_id))
     return prepared
+
+
+#: Kinds already validated (kinds repeat endlessly; validating one costs a regex search).
+_KNOWN_TEXT: set[str] = set()
+
+
+def _remember(text: str) -> None:
+    if len(_KNOWN_TEXT) >= 4096:
+        _KNOWN_TEXT.clear()
+    _KNOWN_TEXT.add(text)
 
 
 def validate_header(header: object) -> str:
