@@ -121,6 +121,8 @@ def validate_session_id(session_id: object) -> str:
     """
     if type(session_id) is not str:
         raise InvalidSessionIdError(session_id, f"must be a str, not {type(session_id).__name__}")
+    if session_id in _KNOWN_IDS:
+        return session_id
     if not session_id:
         raise InvalidSessionIdError(session_id, "must not be empty")
     if len(session_id) > MAX_ID_LENGTH:
@@ -131,7 +133,14 @@ def validate_session_id(session_id: object) -> str:
         session_id.encode("utf-8")
     except UnicodeEncodeError:
         raise InvalidSessionIdError(session_id, "contains lone surrogates") from None
+    if len(_KNOWN_IDS) >= 16384:
+        _KNOWN_IDS.clear()
+    _KNOWN_IDS.add(session_id)
     return session_id
+
+
+#: Ids already validated (every call on a session validates its id again).
+_KNOWN_IDS: set[str] = set()
 
 
 _SCALARS = (str, int, float, bool, type(None))
