@@ -339,14 +339,11 @@ class SqliteStore:
             if pin is None:
                 rows = sqlops.read_session_rows(conn, session_id, since_seq, until, limit, from_end)
             else:
-                conn.execute("BEGIN")
-                try:
+                with sqlops.read_transaction(conn):
                     sqlops.check_pin(conn, session_id, pin)
                     rows = sqlops.read_session_rows(
                         conn, session_id, since_seq, until, limit, from_end
                     )
-                finally:
-                    conn.execute("COMMIT")
         return events_from_rows(session_id, rows)
 
     def head(self, session_id: str) -> int:
@@ -385,15 +382,11 @@ class SqliteStore:
 
     def refresh_pin(self, pin: Pin) -> Pin:
         """See :meth:`Store.refresh_pin`."""
-        with self._connection("refresh_pin") as conn:
-            conn.execute("BEGIN")
-            try:
-                sqlops.check_pin(conn, pin.session_id, pin)
-                head, epoch = sqlops.one(
-                    conn, "SELECT head, epoch FROM sessions WHERE sid=?", (pin.incarnation,)
-                )
-            finally:
-                conn.execute("COMMIT")
+        with self._connection("refresh_pin") as conn, sqlops.read_transaction(conn):
+            sqlops.check_pin(conn, pin.session_id, pin)
+            head, epoch = sqlops.one(
+                conn, "SELECT head, epoch FROM sessions WHERE sid=?", (pin.incarnation,)
+            )
         return Pin(pin.session_id, head, pin.incarnation, epoch)
 
     def list_sessions(self, *, limit: int | None = None) -> list[SessionInfo]:
@@ -423,24 +416,20 @@ class SqliteStore:
     def load_projection(self, session_id: str, name: str, version: int) -> tuple[int, str] | None:
         """See :meth:`Store.load_projection`."""
         validate_session_id(session_id)
-        with self._connection("load_projection") as conn:
-            conn.execute("BEGIN")
+        with self._connection("load_projection") as conn, sqlops.read_transaction(conn):
+            row = conn.execute(
+                "SELECT p.sid, p.version, p.seq, p.epoch, p.state FROM projections AS p "
+                "JOIN sessions AS s ON s.sid = p.sid WHERE s.id=? AND p.name=?",
+                (session_id, name),
+            ).fetchone()
+            if row is None or row[1] != version:
+                return None
+            sid, _, seq, epoch, state = row
             try:
-                row = conn.execute(
-                    "SELECT p.sid, p.version, p.seq, p.epoch, p.state FROM projections AS p "
-                    "JOIN sessions AS s ON s.sid = p.sid WHERE s.id=? AND p.name=?",
-                    (session_id, name),
-                ).fetchone()
-                if row is None or row[1] != version:
-                    return None
-                sid, _, seq, epoch, state = row
-                try:
-                    sqlops.check_pin(conn, session_id, Pin(session_id, seq, sid, epoch))
-                except SnapshotExpiredError:
-                    return None
-                return int(seq), str(state)
-            finally:
-                conn.execute("COMMIT")
+                sqlops.check_pin(conn, session_id, Pin(session_id, seq, sid, epoch))
+            except SnapshotExpiredError:
+                return None
+            return int(seq), str(state)
 
     # -- leases ------------------------------------------------------------------------
 

@@ -7,7 +7,8 @@ on the connection's owner thread; none commits. Errors are tidelog errors (the c
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from typing import Any
 
 import apsw
@@ -22,6 +23,24 @@ from .errors import (
 )
 from .records import PreparedEvent, encode_json
 from .sqlite_lineage import pieces, protect_children, read_rows
+
+
+@contextmanager
+def read_transaction(conn: apsw.Connection) -> Iterator[None]:
+    """A short deferred read transaction: one consistent view for several statements.
+
+    Ends with COMMIT, or ROLLBACK on an error -- unless SQLite already ended it (an I/O
+    error rolls the transaction back itself), so the original error is what propagates.
+    """
+    conn.execute("BEGIN")
+    try:
+        yield
+    except BaseException:
+        if not conn.get_autocommit():
+            conn.execute("ROLLBACK")
+        raise
+    if not conn.get_autocommit():
+        conn.execute("COMMIT")
 
 
 def one(conn: apsw.Connection, sql: str, args: tuple[Any, ...] = ()) -> tuple[Any, ...]:
