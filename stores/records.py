@@ -23,6 +23,7 @@ from .errors import (
 __all__ = [
     "JSON",
     "MAX_ID_LENGTH",
+    "MAX_NESTING",
     "NewEvent",
     "PreparedEvent",
     "SessionInfo",
@@ -147,22 +148,30 @@ _SCALARS = (str, int, float, bool, type(None))
 _SCALAR_TYPES = frozenset(_SCALARS)
 
 
+#: The deepest nesting of arrays and objects accepted in event data. Deeper values are
+#: refused at write time: every accepted value must also read back, in any thread.
+MAX_NESTING = 200
+
+
 def _exactness_problem(value: object) -> str | None:
-    """Find what the C encoder would silently convert: a tuple (becomes an array) or a
-    dict key that is not a ``str`` (becomes a string). Runs after encoding succeeded, so
-    the value has no cycles and only JSON-encodable types; iterative, so depth is free."""
+    """Find what the C encoder would silently convert -- a tuple (becomes an array) or a
+    dict key that is not a ``str`` (becomes a string) -- or nesting deeper than
+    :data:`MAX_NESTING`. Runs after encoding succeeded, so the value has no cycles and
+    only JSON-encodable types; iterative, so the check itself never recurses."""
     scalar = _SCALAR_TYPES
-    stack = [value]
+    stack: list[tuple[object, int]] = [(value, 1)]
     while stack:
-        current = stack.pop()
+        current, depth = stack.pop()
+        if depth > MAX_NESTING:
+            return f"nested deeper than {MAX_NESTING} levels"
         if isinstance(current, dict):
             for key, item in current.items():
                 if type(key) is not str and not isinstance(key, str):
                     return f"dict key {key!r} is not a str"
                 if type(item) not in scalar:
-                    stack.append(item)
+                    stack.append((item, depth + 1))
         elif isinstance(current, list):
-            stack.extend(item for item in current if type(item) not in scalar)
+            stack.extend((item, depth + 1) for item in current if type(item) not in scalar)
         elif isinstance(current, tuple):
             return "a tuple is not JSON (use a list)"
     return None

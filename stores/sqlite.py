@@ -117,6 +117,12 @@ class SqliteStore:
         if not isinstance(path, str | os.PathLike):
             raise InvalidArgumentError(f"path must be a str or PathLike, not {type(path).__name__}")
         self.path = os.fspath(path)
+        if "\x00" in self.path:
+            raise InvalidArgumentError(f"path contains a NUL character: {self.path!r}")
+        try:
+            self.path.encode("utf-8")  # SQLite takes UTF-8 file names
+        except UnicodeEncodeError:
+            raise InvalidArgumentError(f"path is not valid UTF-8: {self.path!r}") from None
         if not self.path or self.path == ":memory:" or self.path.startswith("file:"):
             raise InvalidArgumentError(
                 f"path must name a file (use MemoryStore for in-memory data), not {self.path!r}"
