@@ -32,6 +32,7 @@ from stores import (
     SqliteStore,
     Store,
     StoredEvent,
+    TidelogError,
     check_seq,
     validate_session_id,
 )
@@ -520,9 +521,12 @@ async def open_runtime(
                 with trio.CancelScope(shield=True):
                     await _shutdown(runtime, supervisor, writer, hub)
                     nursery.cancel_scope.cancel()
-                    await read_lane.aclose()
-                    if owns_store:
-                        await write_lane.aclose()
+                    lanes = [read_lane, write_lane] if owns_store else [read_lane]
+                    for lane in lanes:
+                        try:
+                            await lane.aclose()
+                        except TidelogError as exc:  # never mask the body's own error
+                            supervisor.drain_errors.append(exc)
             if supervisor.drain_errors and not body_failed:
                 raise supervisor.drain_errors[0]
 

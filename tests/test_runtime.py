@@ -524,3 +524,28 @@ async def test_runtime_flush_ignores_other_sessions_starting_or_dead(rt: Runtime
         await rt.delete("gone")
         await rt.flush()
         await w.flush()
+
+
+class _BadCloseStore(MemoryStore):
+    """A MemoryStore whose clones fail to close (as a faulty disk might)."""
+
+    def clone(self) -> MemoryStore:
+        other = _BadCloseStore()
+        other._state = self._state
+        other.close = _fail_close  # type: ignore[method-assign]
+        return other
+
+
+def _fail_close() -> None:
+    raise StoreIOError("injected: close failed")
+
+
+async def test_close_errors_never_mask_the_body_error() -> None:
+    """A failure while closing the runtime's connections is raised only if the body
+    raised nothing; it never replaces the body's own error."""
+    with pytest.raises(ValueError, match="body"):
+        async with open_runtime(_BadCloseStore()):
+            raise ValueError("body")
+    with pytest.raises(StoreIOError, match="close failed"):
+        async with open_runtime(_BadCloseStore()):
+            pass
