@@ -68,8 +68,8 @@ def python_child(script: str, *args: str) -> list[str]:
 class CancelAfterSteps(trio.abc.Instrument):
     """Cancel ``scope`` after the scheduler ran ``steps`` task steps (of any task: the
     caller's own and the runtime's writer, so every interleaving of "queued", "taken by
-    the writer", "committing" and "committed" is hit). The approach of
-    ``tests/test_cancellation.py``."""
+    the writer", "committing" and "committed" is hit). Used by tests/test_cancellation.py
+    and the cancellation battery."""
 
     def __init__(self, steps: int, scope: trio.CancelScope) -> None:
         self.steps = steps

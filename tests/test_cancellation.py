@@ -11,37 +11,10 @@ import apsw
 import pytest
 import trio
 import trio.testing
+from battery_support import run_cancelled_at
 from helpers import RuntimeFactory
 
 from runtime import NewEvent, Runtime, SessionWriter, open_runtime
-
-
-class _CancelAfterSteps(trio.abc.Instrument):
-    """Cancel ``scope`` after the scheduler ran ``steps`` task steps (of any task: the
-    caller's own checkpoints and the writer's, so that every interleaving of "queued",
-    "taken by the writer", "committing" and "committed" is hit)."""
-
-    def __init__(self, steps: int, scope: trio.CancelScope) -> None:
-        self.steps = steps
-        self.scope = scope
-
-    def after_task_step(self, task: trio.lowlevel.Task) -> None:
-        self.steps -= 1
-        if self.steps == 0:
-            self.scope.cancel()
-
-
-async def _run_cancelled_at(step: int, op: Callable[[], Awaitable[object]]) -> bool:
-    """Run ``op`` with a cancel scope cancelled at its ``step``-th checkpoint; True if the
-    cancellation took effect."""
-    with trio.CancelScope() as scope:
-        instrument = _CancelAfterSteps(step, scope)
-        trio.lowlevel.add_instrument(instrument)
-        try:
-            await op()
-        finally:
-            trio.lowlevel.remove_instrument(instrument)
-    return scope.cancelled_caught
 
 
 async def _committed(rt: Runtime, session_id: str) -> list[int]:
@@ -60,7 +33,7 @@ async def _sweep(
             step += 1
             n = step
             before = w.head()
-            cancelled = await _run_cancelled_at(step, functools.partial(make_op, w, n))
+            cancelled = await run_cancelled_at(step, functools.partial(make_op, w, n))
             await w.flush()
             committed = await _committed(rt, session_id)
             if w.head() == before:
@@ -102,7 +75,7 @@ async def test_cancel_truncate_at_every_checkpoint(make_runtime: RuntimeFactory)
             step += 1
             await w.append([NewEvent("k", {"n": i}) for i in range(3)])
             before = w.head()
-            cancelled = await _run_cancelled_at(step, functools.partial(w.truncate, before - 2))
+            cancelled = await run_cancelled_at(step, functools.partial(w.truncate, before - 2))
             committed = await _committed(rt, "t")
             if w.head() == before:
                 assert len(committed) == before
@@ -124,7 +97,7 @@ async def test_cancel_open_session(make_runtime: RuntimeFactory, steps: int) -> 
             async with rt.open_session("o") as w:
                 await w.append([NewEvent("k", {"n": 1})])
 
-        await _run_cancelled_at(steps, op)
+        await run_cancelled_at(steps, op)
         async with rt.open_session("o") as w:
             await w.append([NewEvent("k", {"n": 2})])
 
@@ -177,7 +150,7 @@ async def test_cancel_fork_at_every_checkpoint(make_runtime: RuntimeFactory) -> 
         while True:
             step += 1
             child = f"child-{step}"
-            cancelled = await _run_cancelled_at(step, functools.partial(rt.fork, "src", child))
+            cancelled = await run_cancelled_at(step, functools.partial(rt.fork, "src", child))
             info = await rt.stat(child)
             if info is not None:
                 assert info.head == 5 and info.parent == ("src", 5)
