@@ -56,7 +56,9 @@ class SessionWriter:
         """Append ``events`` atomically and return the new head once committed.
 
         Committed means visible to every reader and process and surviving a process crash;
-        :meth:`flush` adds power-loss durability with ``synchronous="normal"``.
+        :meth:`flush` adds power-loss durability with ``synchronous="normal"``. An empty
+        batch writes nothing and returns :meth:`head` (the last *accepted* seq) at once;
+        use :meth:`flush` to wait for earlier ``append_nowait`` events.
 
         Cancellation: all or nothing. If cancelled before the group-commit writer took the
         batch, it is withdrawn and ``head()`` is unchanged; once taken, the commit is
