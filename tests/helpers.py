@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable, Sequence
 from contextlib import AbstractAsyncContextManager
+from pathlib import Path
+
+import apsw
 
 from runtime import MemoryStore, Runtime
 from stores import BatchResult, StoreIOError, WriteOp
@@ -40,3 +44,27 @@ class FlakyMemoryStore(MemoryStore):
         other = FlakyMemoryStore()
         other._state = self._state
         return other
+
+
+def write_lock_free(db: Path) -> bool:
+    """True if a fresh connection can take the database's write lock within 300 ms."""
+    conn = apsw.Connection(str(db))
+    try:
+        conn.set_busy_timeout(300)
+        try:
+            conn.execute("BEGIN IMMEDIATE")
+        except (apsw.BusyError, apsw.LockedError):
+            return False
+        conn.execute("ROLLBACK")
+        return True
+    finally:
+        conn.close()
+
+
+def all_threads_stopped(pid: int) -> bool:
+    """True if every thread of process ``pid`` is stopped (SIGSTOP took effect)."""
+    for stat in Path(f"/proc/{pid}/task").glob("*/stat"):
+        with contextlib.suppress(FileNotFoundError):
+            if stat.read_text().rsplit(")", 1)[1].split()[0] not in ("T", "t"):
+                return False
+    return True

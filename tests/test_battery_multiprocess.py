@@ -34,10 +34,10 @@ from collections import defaultdict
 from collections.abc import AsyncIterator
 from pathlib import Path
 
-import apsw
 import pytest
 import trio
 from battery_support import child_env, contiguous, python_child, record, size
+from helpers import all_threads_stopped, write_lock_free
 
 from runtime import (
     NewEvent,
@@ -128,28 +128,6 @@ async def churner(
                 await proc.stdout.aclose()
 
 
-def write_lock_free(db: Path) -> bool:
-    conn = apsw.Connection(str(db))
-    try:
-        conn.set_busy_timeout(300)
-        try:
-            conn.execute("BEGIN IMMEDIATE")
-        except (apsw.BusyError, apsw.LockedError):
-            return False
-        conn.execute("ROLLBACK")
-        return True
-    finally:
-        conn.close()
-
-
-def stopped(pid: int) -> bool:
-    for stat in Path(f"/proc/{pid}/task").glob("*/stat"):
-        with contextlib.suppress(FileNotFoundError):
-            if stat.read_text().rsplit(")", 1)[1].split()[0] not in ("T", "t"):
-                return False
-    return True
-
-
 def batches_left(child: Child, held: tuple[str, str]) -> int:
     """How many of its planned batches the child has not finished through ``held``."""
     sid, handle = held
@@ -167,7 +145,7 @@ async def freeze_holding(child: Child, db: Path) -> tuple[str, str]:
             while child.holding is None:
                 await child.changed.wait()
             child.proc.send_signal(signal.SIGSTOP)
-            while not stopped(child.proc.pid):  # noqa: ASYNC110 (another process's state)
+            while not all_threads_stopped(child.proc.pid):  # noqa: ASYNC110 (another process's state)
                 await trio.sleep(0.001)
             await trio.sleep(0.05)  # let the pump read what the child wrote before it stopped
             held = child.holding

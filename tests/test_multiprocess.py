@@ -19,9 +19,9 @@ from collections.abc import AsyncIterator, Sequence
 from pathlib import Path
 from typing import Any
 
-import apsw
 import pytest
 import trio
+from helpers import all_threads_stopped, write_lock_free
 
 from runtime import (
     NewEvent,
@@ -146,30 +146,6 @@ async def spawn_many(
             await stack.enter_async_context(spawn(tmp_path, name, command, db, **opts))
             for name, opts in options.items()
         ]
-
-
-def write_lock_free(db: Path) -> bool:
-    """True if a fresh connection can take the write lock within 200 ms."""
-    conn = apsw.Connection(str(db))
-    try:
-        conn.set_busy_timeout(200)
-        try:
-            conn.execute("BEGIN IMMEDIATE")
-        except (apsw.BusyError, apsw.LockedError):
-            return False
-        conn.execute("ROLLBACK")
-        return True
-    finally:
-        conn.close()
-
-
-def all_threads_stopped(pid: int) -> bool:
-    for stat in Path(f"/proc/{pid}/task").glob("*/stat"):
-        with contextlib.suppress(FileNotFoundError):
-            state = stat.read_text().rsplit(")", 1)[1].split()[0]
-            if state not in ("T", "t"):
-                return False
-    return True
 
 
 async def freeze(child: Child, db: Path) -> float:
