@@ -158,6 +158,9 @@ class SessionActor:
     start_error: BaseException | None = None
     stop_requested: bool = False
     created: bool = False
+    #: Set (and dropped) when a commit attempt covering this actor finished or the actor
+    #: died; created by the first waiter, so a batch wakes only the waiters it concerns.
+    progress: trio.Event | None = None
 
     # -- accepting writes --------------------------------------------------------------
 
@@ -254,7 +257,28 @@ class SessionActor:
             if self.failures > failures_before and self.fault is not None:
                 self.fault_reported = True
                 raise self.fault
-            await self.writer.wait_progress()
+            await self.wait_progress()
+
+    async def wait_progress(self) -> None:
+        """Wait until a commit attempt covering this actor's writes finished (successfully
+        or not), the actor died, or the writer stopped.
+
+        Raises :class:`~stores.ClosedError` if the writer is not running."""
+        if not self.writer.running:
+            raise ClosedError("the runtime's writer has stopped")
+        event = self.progress
+        if event is None:
+            event = self.progress = trio.Event()
+            self.writer.watch(self)
+        await event.wait()
+
+    def notify(self) -> None:
+        """Wake whoever waits in :meth:`wait_progress`."""
+        event = self.progress
+        if event is not None:
+            self.progress = None
+            self.writer.unwatch(self)
+            event.set()
 
     async def wait_write(self, write: PendingWrite, failures_before: int) -> None:
         """Wait for ``write``'s commit, all or nothing under cancellation: if cancelled
@@ -355,6 +379,7 @@ class SessionActor:
         self.fault = None
         self.backoff = 0.0
         self.retry_at = 0.0
+        self.notify()
         return True
 
     def commit_failed(self, error: TidelogError, now: float) -> None:
@@ -366,6 +391,7 @@ class SessionActor:
         self.backoff = min(_BACKOFF_MAX, max(_BACKOFF_MIN, self.backoff * 2))
         self.retry_at = now + self.backoff
         self.writer.submit(self, urgent=False)
+        self.notify()
 
     def die(self, error: TidelogError) -> None:
         """Make the actor unusable: drop the queue (never written) and fail every waiter."""
@@ -374,4 +400,5 @@ class SessionActor:
         self.pending.clear()
         self.in_flight = 0
         self.wake.set()
-        self.writer.notify_progress()  # waiters re-check and see ``fatal``
+        self.notify()  # waiters re-check and see ``fatal``
+        self.writer.notify_progress()

@@ -189,7 +189,7 @@ class Supervisor:
         while actor.pending and actor.fatal is None and self.writer.running:
             failures = actor.failures
             self.writer.submit(actor, urgent=True)
-            await self.writer.wait_progress()
+            await actor.wait_progress()
             if actor.failures > failures:
                 attempts += 1
                 if attempts >= _DRAIN_ATTEMPTS and actor.fault is not None:

@@ -69,6 +69,7 @@ class GroupCommitWriter:
         self.max_ops = max_ops
         self._on_commit = on_commit
         self._dirty: dict[SessionActor, None] = {}
+        self._watched: set[SessionActor] = set()
         self._wake = trio.Event()
         self._urgent = trio.Event()
         self._progress = trio.Event()
@@ -108,6 +109,14 @@ class GroupCommitWriter:
     def needs_sync(self) -> bool:
         """True if some commit since the last barrier is not yet fsynced."""
         return self._unsynced or self._sync_requested
+
+    def watch(self, actor: SessionActor) -> None:
+        """Note that someone waits in ``actor.wait_progress`` (woken if the writer stops)."""
+        self._watched.add(actor)
+
+    def unwatch(self, actor: SessionActor) -> None:
+        """Undo :meth:`watch` (the actor's waiters were woken)."""
+        self._watched.discard(actor)
 
     def notify_progress(self) -> None:
         """Wake everyone waiting in :meth:`wait_progress` (something they wait for changed
@@ -162,6 +171,8 @@ class GroupCommitWriter:
         finally:
             self.running = False
             self._progress.set()
+            for actor in list(self._watched):
+                actor.notify()
 
     async def _commit_once(self) -> None:
         """Take one op per ready actor, commit them in one batch, deliver the results."""
