@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Any, TypeAlias
+from typing import Any, TypeAlias, cast
 
 import attrs
 
@@ -177,11 +177,39 @@ def _exactness_problem(value: object) -> str | None:
     return None
 
 
+def _shallow_problem(value: object) -> str | None:
+    """:func:`_exactness_problem` for values known to nest at most :data:`MAX_NESTING`
+    levels (recursive, which is faster for the usual small values); anything but exact
+    ``dict``/``list``/``tuple`` containers goes to the general walk."""
+    kind = type(value)
+    if kind is dict:
+        for key, item in cast(dict[object, object], value).items():
+            if type(key) is not str and not isinstance(key, str):
+                return f"dict key {key!r} is not a str"
+            if type(item) not in _SCALAR_TYPES:
+                problem = _shallow_problem(item)
+                if problem is not None:
+                    return problem
+        return None
+    if kind is list:
+        for item in cast(list[object], value):
+            if type(item) not in _SCALAR_TYPES:
+                problem = _shallow_problem(item)
+                if problem is not None:
+                    return problem
+        return None
+    if kind is tuple:
+        return "a tuple is not JSON (use a list)"
+    return _exactness_problem(value)
+
+
 def _exact_json_text(value: object, index: int | None, kind: object) -> str:
     """Encode ``value`` as canonical JSON, refusing anything that is not exactly JSON.
 
     The C encoder refuses NaN/inf, cycles and foreign types, but silently turns tuples
-    into arrays and int/None/bool keys into strings; a structural pass catches both.
+    into arrays and int/None/bool keys into strings; a structural pass catches both. A
+    text with at most :data:`MAX_NESTING` brackets cannot nest deeper, so the pass over
+    such a value needs no depth bookkeeping.
     """
     try:
         text = _ENCODER.encode(value)
@@ -190,7 +218,10 @@ def _exact_json_text(value: object, index: int | None, kind: object) -> str:
     except RecursionError:
         raise InvalidEventError(index, kind, "data is nested too deeply") from None
     if type(value) not in _SCALAR_TYPES:
-        problem = _exactness_problem(value)
+        if text.count("[") + text.count("{") <= MAX_NESTING:
+            problem = _shallow_problem(value)
+        else:
+            problem = _exactness_problem(value)
         if problem is not None:
             raise InvalidEventError(index, kind, f"data is not exactly JSON: {problem}")
     if not text.isascii():

@@ -6,6 +6,7 @@ import contextlib
 import itertools
 import math
 import pathlib
+from collections import OrderedDict
 from collections.abc import Callable, Iterator, Sequence
 from decimal import Decimal
 from typing import Any
@@ -103,6 +104,11 @@ _GOOD_PAYLOADS: dict[str, JSON] = {
     "nested": {"a": {"b": {"c": [1, [2, [3, {"d": [None, -0.0, 2**70]}]]]}}},
 }
 
+
+class _ListOf(list[object]):
+    """A list subclass (the encoder takes it as a list)."""
+
+
 #: Factories of values that are not exactly JSON and must be refused.
 _BAD_PAYLOADS: dict[str, Callable[[], object]] = {
     "tuple": lambda: (1, 2),
@@ -126,6 +132,11 @@ _BAD_PAYLOADS: dict[str, Callable[[], object]] = {
     "lone_surrogate": lambda: "\ud800",
     "lone_surrogate_nested": lambda: {"a": ["ok", "x\udc00y"]},
     "lone_surrogate_key": lambda: {"\ud800": 1},
+    # dict/list subclasses and values with many brackets take the general check.
+    "tuple_in_ordered_dict": lambda: {"a": OrderedDict(b=(1,))},
+    "int_key_in_list_subclass": lambda: _ListOf([{2: "b"}]),
+    "tuple_after_many_lists": lambda: [[] for _ in range(300)] + [(1,)],
+    "int_key_after_many_dicts": lambda: [{} for _ in range(300)] + [{3: "c"}],
 }
 
 _BAD_KINDS: dict[str, object] = {
