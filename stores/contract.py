@@ -16,6 +16,7 @@ import attrs
 
 from .errors import InvalidArgumentError, InvalidEventError, TidelogError
 from .records import (
+    _KNOWN_IDS,
     JSON,
     NewEvent,
     PreparedEvent,
@@ -175,7 +176,19 @@ def check_ops(ops: object) -> None:
     if not isinstance(ops, Sequence) or isinstance(ops, str | bytes):
         raise InvalidArgumentError(f"ops must be a sequence, not {type(ops).__name__}")
     for op in ops:
+        if type(op) is AppendOp and _plain_append_ok(op):
+            continue  # the usual op, well-formed: no further checks
         _check_member(op, in_group=False)
+
+
+def _plain_append_ok(op: AppendOp) -> bool:
+    """True if ``op`` is certainly well-formed (a quick check; False means "look closer")."""
+    head = op.expected_head
+    return (
+        op.session_id in _KNOWN_IDS
+        and (head is None or (type(head) is int and head >= 0))
+        and all(type(event) is PreparedEvent for event in op.events)
+    )
 
 
 @runtime_checkable

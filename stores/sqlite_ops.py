@@ -67,36 +67,28 @@ def append_many(conn: apsw.Connection, ops: Sequence[AppendOp], now: float) -> l
     events, one for all heads -- can then only fail as a whole (I/O), which fails the
     transaction and every op with it.
     """
-    ids = encode_json([op.session_id for op in ops])
-    heads = {
-        row[0]: (row[1], row[2])
+    # One lookup for every session's row and lease (LEFT JOINs: either may be missing).
+    found = {
+        row[0]: row[1:]
         for row in conn.execute(
-            "SELECT s.id, s.sid, s.head FROM json_each(?) AS j "
-            "JOIN sessions AS s ON s.id = j.value",
-            (ids,),
+            "SELECT j.value, s.sid, s.head, l.owner FROM json_each(?) AS j "
+            "LEFT JOIN sessions AS s ON s.id = j.value "
+            "LEFT JOIN leases AS l ON l.id = j.value",
+            (encode_json([op.session_id for op in ops]),),
         )
     }
-    owners: dict[str, str] = {}
-    if any(op.owner is not None for op in ops):
-        owners = {
-            row[0]: row[1]
-            for row in conn.execute(
-                "SELECT l.id, l.owner FROM json_each(?) AS j JOIN leases AS l ON l.id = j.value",
-                (ids,),
-            )
-        }
     results: list[BatchResult] = []
     rows: list[tuple[Any, ...]] = []
     updates: list[tuple[int, float, int]] = []
     for op in ops:
-        known = heads.get(op.session_id)
-        head = 0 if known is None else int(known[1])
+        sid, stored_head, owner = found[op.session_id]
+        head = 0 if sid is None else int(stored_head)
         try:
-            if op.owner is not None and owners.get(op.session_id) != op.owner:
+            if op.owner is not None and owner != op.owner:
                 raise OwnershipLostError(op.session_id)
             events = op.events
             if op.expected_head is not None and op.expected_head != head:
-                done = landed(conn, known[0], op, head) if op.retry and known else 0
+                done = landed(conn, sid, op, head) if op.retry and sid is not None else 0
                 if not done:
                     raise ConflictError(op.session_id, op.expected_head, head)
                 events = events[done:]
@@ -106,14 +98,12 @@ def append_many(conn: apsw.Connection, ops: Sequence[AppendOp], now: float) -> l
         if not events:
             results.append(head)
             continue
-        if known is None:
+        if sid is None:
             conn.execute(
                 "INSERT INTO sessions(id, created_at, updated_at, header) VALUES (?,?,?,?)",
                 (op.session_id, now, now, op.header_json),
             )
             sid = conn.last_insert_rowid()
-        else:
-            sid = known[0]
         rows.extend(
             (sid, head + i, now, ev.kind, ev.data_json, ev.run_id)
             for i, ev in enumerate(events, start=1)
