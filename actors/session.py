@@ -283,9 +283,18 @@ class SessionActor:
     async def wait_write(self, write: PendingWrite, failures_before: int) -> None:
         """Wait for ``write``'s commit, all or nothing under cancellation: if cancelled
         before a batch took it (and nothing was queued behind it) it is withdrawn; else
-        its commit is awaited, shielded, before ``Cancelled`` propagates."""
+        its commit is awaited, shielded, before ``Cancelled`` propagates.
+
+        Raises as :meth:`wait_done` (whose loop it repeats inline: this is every awaited
+        append's path)."""
         try:
-            await self.wait_done(write, failures_before)
+            while not write.done:
+                if self.fatal is not None:
+                    raise self.fatal
+                if self.failures > failures_before and self.fault is not None:
+                    self.fault_reported = True
+                    raise self.fault
+                await self.wait_progress()
         except trio.Cancelled:
             if not self.withdraw(write):
                 with trio.CancelScope(shield=True), contextlib.suppress(TidelogError):
@@ -337,17 +346,22 @@ class SessionActor:
                 header_json=self.header_json,
                 retry=self.fault is not None,
             )
-        events: list[PreparedEvent] = []
-        count = 0
-        for write in self.pending:
-            if write.kind != "append":
-                break
-            events.extend(write.events)
-            count += 1
+        if len(self.pending) == 1:  # the usual case: one awaited append
+            events: tuple[PreparedEvent, ...] = front.events
+            count = 1
+        else:
+            merged: list[PreparedEvent] = []
+            count = 0
+            for write in self.pending:
+                if write.kind != "append":
+                    break
+                merged.extend(write.events)
+                count += 1
+            events = tuple(merged)
         self.in_flight = count
         return AppendOp(
             self.session_id,
-            tuple(events),
+            events,
             expected_head=self.committed,
             owner=self.owner,
             header_json=self.header_json,
@@ -356,7 +370,10 @@ class SessionActor:
 
     def commit_done(self, result: BatchResult, now: float) -> bool:
         """Apply one op's result. Returns True if the session's committed data changed."""
-        taken = [self.pending.popleft() for _ in range(self.in_flight)]
+        if self.in_flight == 1:
+            taken = [self.pending.popleft()]
+        else:
+            taken = [self.pending.popleft() for _ in range(self.in_flight)]
         self.in_flight = 0
         if isinstance(result, TidelogError):
             self.pending.extendleft(reversed(taken))

@@ -177,7 +177,7 @@ class GroupCommitWriter:
     async def _commit_once(self) -> None:
         """Take one op per ready actor, commit them in one batch, deliver the results."""
         now = trio.current_time()
-        targets: list[list[SessionActor]] = []
+        targets: list[SessionActor | list[SessionActor]] = []  # a list: a group's members
         ops: list[WriteOp] = []
         for actor in list(self._dirty):
             if len(ops) >= self.max_ops:
@@ -185,12 +185,13 @@ class GroupCommitWriter:
                 break
             if actor not in self._dirty:
                 continue  # taken as a member of a group already
-            if not actor.pending:
+            pending = actor.pending
+            if not pending:
                 del self._dirty[actor]
                 continue
-            if not actor.ready(now):
-                continue
-            unit = actor.pending[0].group
+            if actor.in_flight or now < actor.retry_at:
+                continue  # not ready (see SessionActor.ready)
+            unit = pending[0].group
             if unit is not None:
                 if not unit.ready(now):
                     continue  # a member still has earlier writes to commit
@@ -204,7 +205,7 @@ class GroupCommitWriter:
             op = actor.take_op()
             if op is not None:
                 del self._dirty[actor]
-                targets.append([actor])
+                targets.append(actor)
                 ops.append(op)
         sync = self._sync_requested
         if not ops and not sync:
@@ -219,7 +220,7 @@ class GroupCommitWriter:
             self._failed += 1
             now = trio.current_time()
             for target in targets:
-                for actor in target:
+                for actor in target if isinstance(target, list) else (target,):
                     actor.commit_failed(exc, now)
             if sync:
                 self.sync_failed = (number, exc)
@@ -227,13 +228,15 @@ class GroupCommitWriter:
             now = trio.current_time()
             changed: set[str] = set()
             for target, result in zip(targets, results, strict=True):
-                for actor in target:
+                for actor in target if isinstance(target, list) else (target,):
                     if actor.commit_done(result, now):
                         changed.add(actor.session_id)
                     if actor.pending:
                         self.submit(actor, urgent=True)
             self._batches += 1
-            self._events += sum(_event_count(op) for op in ops)
+            self._events += sum(
+                len(op.events) if type(op) is AppendOp else _event_count(op) for op in ops
+            )
             if sync or self._every_commit_syncs:
                 self._fsyncs += 1 if ops or sync else 0
             if sync:

@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Any, TypeAlias, cast
+from typing import Any, TypeAlias
 
 import attrs
 
@@ -177,13 +177,13 @@ def _exactness_problem(value: object) -> str | None:
     return None
 
 
-def _shallow_problem(value: object) -> str | None:
+def _shallow_problem(value: Any) -> str | None:
     """:func:`_exactness_problem` for values known to nest at most :data:`MAX_NESTING`
     levels (recursive, which is faster for the usual small values); anything but exact
     ``dict``/``list``/``tuple`` containers goes to the general walk."""
     kind = type(value)
     if kind is dict:
-        for key, item in cast(dict[object, object], value).items():
+        for key, item in value.items():
             if type(key) is not str and not isinstance(key, str):
                 return f"dict key {key!r} is not a str"
             if type(item) not in _SCALAR_TYPES:
@@ -192,7 +192,7 @@ def _shallow_problem(value: object) -> str | None:
                     return problem
         return None
     if kind is list:
-        for item in cast(list[object], value):
+        for item in value:
             if type(item) not in _SCALAR_TYPES:
                 problem = _shallow_problem(item)
                 if problem is not None:
