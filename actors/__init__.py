@@ -2,6 +2,7 @@
 supervisor and change notification. Knows stores/, nothing of agents or the runtime API."""
 
 from .changes import ChangeHub
+from .checkpointer import Checkpointer
 from .lane import StoreLane
 from .session import ActorState, GroupWrite, PendingWrite, SessionActor
 from .supervisor import Supervisor
@@ -10,6 +11,7 @@ from .writer import GroupCommitWriter, WriterStatistics
 __all__ = [
     "ActorState",
     "ChangeHub",
+    "Checkpointer",
     "GroupCommitWriter",
     "GroupWrite",
     "PendingWrite",

@@ -15,6 +15,7 @@ import trio
 from actors import (
     ActorState,
     ChangeHub,
+    Checkpointer,
     GroupCommitWriter,
     SessionActor,
     StoreLane,
@@ -66,6 +67,9 @@ class RuntimeStatistics:
     failed_batches: int
     flushes: int
     fsyncs: int
+    #: WAL checkpoints run off the write path (see ``actors.checkpointer``), and failed ones.
+    wal_checkpoints: int = 0
+    failed_wal_checkpoints: int = 0
 
 
 class Runtime:
@@ -81,11 +85,13 @@ class Runtime:
         writer: GroupCommitWriter,
         read_lane: StoreLane,
         hub: ChangeHub,
+        wal_checkpointer: Checkpointer,
     ) -> None:
         self._supervisor = supervisor
         self._writer = writer
         self._read_lane = read_lane
         self._hub = hub
+        self._wal_checkpointer = wal_checkpointer
         self._closed = False
         self._checkpoints: RuntimeCheckpointer | None = None
         self._history: RuntimeHistory | None = None
@@ -332,6 +338,8 @@ class Runtime:
             w.failed_batches,
             w.flushes,
             w.fsyncs,
+            self._wal_checkpointer.checkpoints,
+            self._wal_checkpointer.failures,
         )
 
     # -- internals shared by handles, history and checkpoints ---------------------------
@@ -478,7 +486,12 @@ async def open_runtime(
         path = target
 
         def _open() -> SqliteStore:
-            return SqliteStore(path, synchronous=synchronous, busy_timeout_ms=busy_timeout_ms)
+            return SqliteStore(
+                path,
+                synchronous=synchronous,
+                busy_timeout_ms=busy_timeout_ms,
+                checkpoints="deferred",  # run off the write path by the Checkpointer
+            )
 
         store: Store = await trio.to_thread.run_sync(_open)
         owns_store = True
@@ -499,36 +512,51 @@ async def open_runtime(
         raise
     read_lane = StoreLane(read_store, name="reader")
     hub = ChangeHub(read_lane, poll_interval=poll_interval)
-    writer = GroupCommitWriter(write_lane, batch_window=batch_window, on_commit=hub.notify)
+    checkpointer = Checkpointer(write_lane)
+
+    def on_commit(changed: set[str]) -> None:
+        hub.notify(changed)
+        checkpointer.poke()
+
+    writer = GroupCommitWriter(write_lane, batch_window=batch_window, on_commit=on_commit)
+    close_errors: list[TidelogError] = []
+    body_failed = True
     with plain_errors():
-        async with trio.open_nursery() as nursery:
-            supervisor = Supervisor(
-                nursery,
-                writer,
-                owner=uuid.uuid4().hex,
-                lease_ttl=lease_ttl,
-                idle_timeout=idle_timeout,
-            )
-            runtime = Runtime(supervisor, writer, read_lane, hub)
-            nursery.start_soon(writer.run)
-            nursery.start_soon(hub.run_poller)
-            nursery.start_soon(supervisor.run_heartbeat)
-            body_failed = True
-            try:
-                yield runtime
-                body_failed = False
-            finally:
-                with trio.CancelScope(shield=True):
-                    await _shutdown(runtime, supervisor, writer, hub)
-                    nursery.cancel_scope.cancel()
-                    lanes = [read_lane, write_lane] if owns_store else [read_lane]
-                    for lane in lanes:
-                        try:
-                            await lane.aclose()
-                        except TidelogError as exc:  # never mask the body's own error
-                            supervisor.drain_errors.append(exc)
-            if supervisor.drain_errors and not body_failed:
-                raise supervisor.drain_errors[0]
+        try:
+            async with trio.open_nursery() as nursery:
+                supervisor = Supervisor(
+                    nursery,
+                    writer,
+                    owner=uuid.uuid4().hex,
+                    lease_ttl=lease_ttl,
+                    idle_timeout=idle_timeout,
+                )
+                runtime = Runtime(supervisor, writer, read_lane, hub, checkpointer)
+                nursery.start_soon(writer.run)
+                nursery.start_soon(checkpointer.run)
+                nursery.start_soon(hub.run_poller)
+                nursery.start_soon(supervisor.run_heartbeat)
+                try:
+                    yield runtime
+                    body_failed = False
+                finally:
+                    with trio.CancelScope(shield=True):
+                        await _shutdown(runtime, supervisor, writer, hub)
+                        nursery.cancel_scope.cancel()
+        finally:
+            # Every task has ended, so no lane is in use: close the connections.
+            with trio.CancelScope(shield=True):
+                closers = [checkpointer.aclose, read_lane.aclose]
+                if owns_store:
+                    closers.append(write_lane.aclose)
+                for close in closers:
+                    try:
+                        await close()
+                    except TidelogError as exc:  # never mask the body's own error
+                        close_errors.append(exc)
+        errors = supervisor.drain_errors + close_errors
+        if errors and not body_failed:
+            raise errors[0]
 
 
 async def _shutdown(

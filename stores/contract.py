@@ -206,6 +206,10 @@ class Store(Protocol):
     #: True when calls may block on I/O: the runtime then runs them in a worker thread.
     #: A non-blocking store (memory) is called inline on the event loop.
     blocking: bool
+    #: Frames in the store's write-ahead log after this handle's last commit, for a store
+    #: that leaves checkpoints to its owner (SQLite with ``checkpoints="deferred"``); 0
+    #: otherwise. The owner calls :meth:`checkpoint` (on any handle) when it grows.
+    wal_pages: int
 
     def create(
         self, session_id: str, header: dict[str, JSON] | None = None, *, exist_ok: bool = False
@@ -359,6 +363,13 @@ class Store(Protocol):
 
     def data_version(self) -> int:
         """A number that changes whenever *another* handle (or process) commits."""
+        ...
+
+    def checkpoint(self) -> int:
+        """Copy committed data from the write-ahead log into the main store without waiting
+        for readers or writers (SQLite: a PASSIVE checkpoint); it changes no data and no
+        durability guarantee. Returns how many log frames are checkpointed now (0 when
+        another checkpoint was running, or the store has no log)."""
         ...
 
     def clone(self) -> Store:

@@ -105,6 +105,7 @@ class MemoryStore:
 
     durable = False
     blocking = False
+    wal_pages = 0
 
     def __init__(self) -> None:
         self._state = _State()
@@ -495,6 +496,11 @@ class MemoryStore:
             if state.version != self._seen_version:
                 self._seen_version = state.version
             return self._seen_version
+
+    def checkpoint(self) -> int:
+        """See :meth:`Store.checkpoint`: memory has no log, so nothing to do (0)."""
+        with self._locked():
+            return 0
 
     def clone(self) -> MemoryStore:
         """See :meth:`Store.clone`: a handle sharing this store's data."""

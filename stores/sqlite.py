@@ -10,12 +10,13 @@ commit), with ``"full"`` at every commit. See ``docs/durability.md``.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import threading
 import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from typing import Any, TypeGuard
+from typing import Any, Literal, TypeGuard
 
 import apsw
 
@@ -58,7 +59,17 @@ from .records import (
 from .sqlite_lineage import find_run as lineage_find_run
 from .sqlite_schema import Synchronous, check_integrity, map_errors, open_connection
 
-__all__ = ["SqliteStore"]
+__all__ = ["CHECKPOINT_FALLBACK_PAGES", "Checkpoints", "SqliteStore"]
+
+#: ``"auto"``: every commit that leaves 1000+ WAL frames checkpoints (SQLite's default).
+#: ``"deferred"``: commits leave checkpoints to the owner, who calls :meth:`~SqliteStore.
+#: checkpoint` on any handle of the file (the runtime does, on a connection of its own)
+#: when :attr:`~SqliteStore.wal_pages` grows; a commit checkpoints itself only past
+#: :data:`CHECKPOINT_FALLBACK_PAGES`, so the WAL stays bounded even if nobody does.
+Checkpoints = Literal["auto", "deferred"]
+
+#: With ``checkpoints="deferred"``, a commit leaving this many WAL frames checkpoints.
+CHECKPOINT_FALLBACK_PAGES = 10_000
 
 _INFO_COLUMNS = "id, head, created_at, updated_at, header, parent_id, parent_seq"
 
@@ -97,6 +108,10 @@ class SqliteStore:
             raising :class:`~stores.errors.StoreBusyError`.
         integrity_check_on_open: run ``PRAGMA integrity_check`` at open and refuse a
             damaged file with :class:`~stores.errors.StoreCorruptError`.
+        checkpoints: ``"auto"`` (a commit that leaves 1000+ WAL frames copies them into
+            the database file, SQLite's default) or ``"deferred"`` (commits leave that to
+            the owner, who calls :meth:`checkpoint` on another handle, off the write path;
+            see :data:`Checkpoints`).
 
     Raises (at open): :class:`~stores.errors.UnsupportedFormatError` for a foreign or newer
     file (left untouched), :class:`~stores.errors.StoreCorruptError`,
@@ -113,6 +128,7 @@ class SqliteStore:
         synchronous: Synchronous = "normal",
         busy_timeout_ms: int = 5000,
         integrity_check_on_open: bool = False,
+        checkpoints: Checkpoints = "auto",
     ) -> None:
         if not isinstance(path, str | os.PathLike):
             raise InvalidArgumentError(f"path must be a str or PathLike, not {type(path).__name__}")
@@ -127,8 +143,16 @@ class SqliteStore:
             raise InvalidArgumentError(
                 f"path must name a file (use MemoryStore for in-memory data), not {self.path!r}"
             )
+        if checkpoints not in ("auto", "deferred"):
+            raise InvalidArgumentError(
+                f"checkpoints must be 'auto' or 'deferred', not {checkpoints!r}"
+            )
         self.synchronous: Synchronous = synchronous
         self.busy_timeout_ms = busy_timeout_ms
+        self.checkpoints: Checkpoints = checkpoints
+        #: Frames in the WAL after this handle's last commit (kept with ``"deferred"``).
+        self.wal_pages = 0
+        self._fallback_done = 0
         self._lock = threading.RLock()
         self._conn: apsw.Connection | None = open_connection(
             self.path,
@@ -136,7 +160,17 @@ class SqliteStore:
             busy_timeout_ms=busy_timeout_ms,
             integrity_check=integrity_check_on_open,
         )
+        if checkpoints == "deferred":
+            # A WAL hook replaces SQLite's own autocheckpoint (which is such a hook).
+            self._conn.set_wal_hook(self._note_wal_pages)
         self._unsynced = False
+
+    def _note_wal_pages(self, conn: apsw.Connection, name: str, pages: int) -> int:
+        """WAL hook (``checkpoints="deferred"``): runs in the committing thread."""
+        if pages < self.wal_pages:
+            self._fallback_done = 0  # the WAL was restarted
+        self.wal_pages = pages
+        return apsw.SQLITE_OK
 
     # -- plumbing ----------------------------------------------------------------------
 
@@ -170,6 +204,8 @@ class SqliteStore:
                     self._unsynced = False
                 else:
                     self._unsynced = True
+                if self.wal_pages >= CHECKPOINT_FALLBACK_PAGES:
+                    self._fallback_checkpoint(conn)
             finally:
                 if full:
                     conn.execute("PRAGMA synchronous=NORMAL")
@@ -499,6 +535,27 @@ class SqliteStore:
                 # Damage that stops the check itself is a finding, not a failure to check.
                 return False, f"{type(exc).__name__}: {exc}"
 
+    def checkpoint(self) -> int:
+        """See :meth:`Store.checkpoint`: a PASSIVE WAL checkpoint on this connection."""
+        with self._connection("checkpoint") as conn:
+            return self._checkpoint(conn)
+
+    @staticmethod
+    def _checkpoint(conn: apsw.Connection) -> int:
+        try:
+            _, done = conn.wal_checkpoint(mode=apsw.SQLITE_CHECKPOINT_PASSIVE)
+        except apsw.BusyError:
+            return 0  # another connection is checkpointing right now
+        return int(done)
+
+    def _fallback_checkpoint(self, conn: apsw.Connection) -> None:
+        """``checkpoints="deferred"`` and the owner's checkpoints fell far behind: this
+        commit checkpoints (after its COMMIT, so a failure here changes nothing)."""
+        if self.wal_pages - self._fallback_done < CHECKPOINT_FALLBACK_PAGES:
+            return
+        with contextlib.suppress(apsw.Error):
+            self._fallback_done = self._checkpoint(conn)
+
     def data_version(self) -> int:
         """``PRAGMA data_version``: changes when another connection or process commits."""
         with self._connection("data_version") as conn:
@@ -509,7 +566,10 @@ class SqliteStore:
         with self._connection("clone"):
             pass
         return SqliteStore(
-            self.path, synchronous=self.synchronous, busy_timeout_ms=self.busy_timeout_ms
+            self.path,
+            synchronous=self.synchronous,
+            busy_timeout_ms=self.busy_timeout_ms,
+            checkpoints=self.checkpoints,
         )
 
     def close(self) -> None:

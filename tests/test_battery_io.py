@@ -378,13 +378,17 @@ async def test_runtime_intermittent_faults(tmp_path: Path, vfs: FaultyVFS, round
 
 
 async def test_runtime_error_after_commit_lands_once(tmp_path: Path, vfs: FaultyVFS) -> None:
-    """An error reported after the commit landed is retried without writing anything twice."""
+    """An error reported after the commit landed is retried without writing anything twice.
+
+    The store checkpoints inside its commits (``checkpoints="auto"``), so a failing
+    database write fails a checkpoint that runs after the COMMIT of the same call."""
     path = tmp_path / "ambiguous.db"
     pad = "p" * 60_000
     expected: list[object] = []
     ambiguous = 0
-    with trio.fail_after(60):
-        async with open_runtime(path) as rt, rt.open_session("s") as w:
+    store = SqliteStore(path, checkpoints="auto")
+    with trio.fail_after(60), contextlib.closing(store):
+        async with open_runtime(store) as rt, rt.open_session("s") as w:
             assert isinstance(w, SessionWriter)
             vfs.arm(Fault("write", "eio", target="db"))
             for i in range(120):  # > 1000 WAL pages: checkpoints are attempted and fail
@@ -403,3 +407,36 @@ async def test_runtime_error_after_commit_lands_once(tmp_path: Path, vfs: Faulty
             stored = [e.data for e in await w.read()]
             assert [(d["i"], d["j"]) for d in stored] == [(d["i"], d["j"]) for d in expected]  # type: ignore[index]
     assert len(_values(path)) == len(expected)
+
+
+async def test_runtime_checkpoint_failures_never_reach_appends(
+    tmp_path: Path, vfs: FaultyVFS
+) -> None:
+    """With the runtime's own store (checkpoints deferred to a background task), failing
+    database-file writes fail only checkpoints: every append succeeds, the failures are
+    counted, and once the disk recovers a checkpoint succeeds and nothing is lost."""
+    path = tmp_path / "deferred.db"
+    pad = "p" * 60_000
+    expected: list[object] = []
+    with trio.fail_after(60):
+        async with open_runtime(path) as rt, rt.open_session("s") as w:
+            assert isinstance(w, SessionWriter)
+            vfs.arm(Fault("write", "eio", target="db"))
+            for i in range(120):  # > 1000 WAL frames: checkpoints are attempted and fail
+                batch = [NewEvent("k", {"i": i, "j": j, "pad": pad}) for j in range(2)]
+                expected += [e.data for e in batch]
+                await w.append(batch)
+            while rt.statistics().failed_wal_checkpoints == 0:
+                await trio.sleep(0.01)
+            vfs.disarm()
+            before = rt.statistics().wal_checkpoints
+            for i in range(120, 240):
+                batch = [NewEvent("k", {"i": i, "j": j, "pad": pad}) for j in range(2)]
+                expected += [e.data for e in batch]
+                await w.append(batch)
+            while rt.statistics().wal_checkpoints == before:
+                await trio.sleep(0.01)
+            await w.flush()
+            stored = [e.data for e in await w.read()]
+            assert stored == expected
+    assert _values(path) == expected

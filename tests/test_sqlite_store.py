@@ -735,3 +735,157 @@ def test_version_1_file_is_migrated_to_current(tmp_path: Path) -> None:
         assert version == sqlite_schema.SCHEMA_VERSION
     finally:
         store.close()
+
+
+# -- checkpoints ------------------------------------------------------------------------------
+
+
+def _fill_wal(store: SqliteStore, frames: int) -> None:
+    """Commit ~3 KB events one per transaction until the WAL holds ``frames`` frames."""
+    session = "wal-filler"
+    blob = "x" * 3000
+    for _ in range(100_000):
+        store.append(session, [NewEvent("m", blob)])
+        if store.wal_pages >= frames:
+            return
+    raise AssertionError(f"the WAL never reached {frames} frames")
+
+
+def test_checkpoints_option_is_checked(open_store: Callable[..., SqliteStore]) -> None:
+    """checkpoints= takes "auto" or "deferred"; anything else is InvalidArgumentError."""
+    for bad in ("never", None, True, "AUTO"):
+        with pytest.raises(InvalidArgumentError, match="checkpoints"):
+            open_store(checkpoints=bad)
+
+
+def test_auto_checkpoints_keep_wal_pages_zero(
+    open_store: Callable[..., SqliteStore], db: str
+) -> None:
+    """checkpoints="auto" (the default): SQLite checkpoints at commit, wal_pages stays 0."""
+    store = open_store()
+    for _ in range(1500):
+        store.append("s", [NewEvent("m", "x" * 3000)])
+    assert store.wal_pages == 0
+    assert os.path.getsize(db + "-wal") < 1300 * PAGE  # restarted after ~1000 frames
+
+
+def test_deferred_checkpoints_leave_the_wal_to_the_owner(
+    open_store: Callable[..., SqliteStore], db: str
+) -> None:
+    """checkpoints="deferred": commits never checkpoint below the fallback, wal_pages
+    counts the frames, and a checkpoint on another handle lets the WAL restart."""
+    store = open_store(checkpoints="deferred")
+    _fill_wal(store, 1500)
+    assert os.path.getsize(db + "-wal") >= 1500 * PAGE  # no commit checkpointed
+    other = open_store()
+    assert other.checkpoint() >= 1500
+    store.append("s", [NewEvent("m", "after")])
+    assert store.wal_pages < 10  # the first commit after a full checkpoint restarts the WAL
+    assert [e.data for e in other.read("s")] == ["after"]
+    assert other.head("wal-filler") == store.head("wal-filler")
+
+
+def test_deferred_checkpoints_fall_back_when_nobody_checkpoints(
+    open_store: Callable[..., SqliteStore], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With nobody calling checkpoint, a deferred store's own commits checkpoint once the
+    WAL passes CHECKPOINT_FALLBACK_PAGES, so it stays bounded."""
+    monkeypatch.setattr("stores.sqlite.CHECKPOINT_FALLBACK_PAGES", 200)
+    store = open_store(checkpoints="deferred")
+    peak = 0
+    for _ in range(800):
+        store.append("s", [NewEvent("m", "x" * 3000)])
+        peak = max(peak, store.wal_pages)
+    assert 200 <= peak < 220
+    assert store.head("s") == 800
+
+
+def test_deferred_checkpoints_are_inherited_by_clones(
+    open_store: Callable[..., SqliteStore],
+) -> None:
+    """A clone has the same checkpoints setting (like every other setting)."""
+    store = open_store(checkpoints="deferred")
+    clone = store.clone()
+    try:
+        assert clone.checkpoints == "deferred"
+        clone.append("s", [NewEvent("m", 1)])
+        assert clone.wal_pages > 0
+    finally:
+        clone.close()
+
+
+def test_checkpoint_while_another_connection_writes(
+    open_store: Callable[..., SqliteStore],
+) -> None:
+    """A checkpoint on one handle runs while another handle keeps committing (PASSIVE: it
+    never waits for the writer), and nothing committed is lost."""
+    writer = open_store(checkpoints="deferred")
+    checkpointer = open_store()
+    stop = threading.Event()
+    counts: list[int] = []
+
+    def checkpoint_loop() -> None:
+        while not stop.is_set():
+            counts.append(checkpointer.checkpoint())
+
+    thread = threading.Thread(target=checkpoint_loop)
+    thread.start()
+    try:
+        for i in range(1, 401):
+            assert writer.append("s", [NewEvent("m", "x" * 2000)]) == i
+    finally:
+        stop.set()
+        thread.join()
+    assert len(counts) > 0
+    assert checkpointer.head("s") == 400
+
+
+KILLED_DURING_CHECKPOINT = textwrap.dedent(
+    """
+    import sys, threading
+    from stores import NewEvent, SqliteStore
+
+    writer = SqliteStore(sys.argv[1], checkpoints="deferred")
+    checkpointer = writer.clone()
+
+    def checkpoint_forever():
+        while True:
+            checkpointer.checkpoint()
+
+    for i in range(1, 3001):
+        head = writer.append("s", [NewEvent("m", {"i": i, "pad": "x" * 3000})])
+        if i == 1500:
+            threading.Thread(target=checkpoint_forever, daemon=True).start()
+        print(head, flush=True)
+    """
+)
+
+
+@pytest.mark.slow
+def test_sigkill_during_checkpoints_loses_nothing(db: str) -> None:
+    """A process killed (SIGKILL) while checkpoints run beside its commits loses no
+    acknowledged event, and the file reopens intact."""
+    child = subprocess.Popen(
+        [sys.executable, "-c", KILLED_DURING_CHECKPOINT, db],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    acknowledged = 0
+    try:
+        assert child.stdout is not None
+        for line in child.stdout:
+            acknowledged = int(line)
+            if acknowledged >= 2000:
+                break
+    finally:
+        child.kill()
+        child.communicate()
+    assert acknowledged >= 2000, "the child stopped early"
+    store = SqliteStore(db, integrity_check_on_open=True)
+    try:
+        events = store.read("s")
+        assert len(events) >= acknowledged
+        assert [e.data["i"] for e in events] == list(range(1, len(events) + 1))  # type: ignore[index,call-overload]
+    finally:
+        store.close()
