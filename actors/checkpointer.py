@@ -8,8 +8,10 @@ a PASSIVE checkpoint on a connection and thread of its own whenever the WAL has 
 :data:`THRESHOLD` frames since the last one. A PASSIVE checkpoint never waits for the
 writer or readers; the writer restarts the WAL at its next commit after a complete one.
 Durability is unchanged: a commit is durable (or not yet) in the WAL exactly as before.
-If this task falls behind, the writer's own commits checkpoint past
-:data:`stores.sqlite.CHECKPOINT_FALLBACK_PAGES`, so the WAL stays bounded regardless.
+The writer restarts the WAL at a commit that finds it completely checkpointed (after any
+pause in writing); under a continuous stream of commits the commit that leaves
+:data:`stores.sqlite.CHECKPOINT_FALLBACK_PAGES` frames finishes the job itself (copying
+only what this task has not), so the WAL stays bounded regardless.
 """
 
 from __future__ import annotations

@@ -158,9 +158,9 @@ class SessionActor:
     start_error: BaseException | None = None
     stop_requested: bool = False
     created: bool = False
-    #: Set (and dropped) when a commit attempt covering this actor finished or the actor
-    #: died; created by the first waiter, so a batch wakes only the waiters it concerns.
-    progress: trio.Event | None = None
+    #: Tasks parked in :meth:`wait_progress`, woken by :meth:`notify` when a commit
+    #: attempt covering this actor finished or it died: a batch wakes only its waiters.
+    parked: list[trio.lowlevel.Task] = attrs.Factory(list)
 
     # -- accepting writes --------------------------------------------------------------
 
@@ -261,24 +261,31 @@ class SessionActor:
 
     async def wait_progress(self) -> None:
         """Wait until a commit attempt covering this actor's writes finished (successfully
-        or not), the actor died, or the writer stopped.
+        or not), the actor died, or the writer stopped. Cancellable.
 
         Raises :class:`~stores.ClosedError` if the writer is not running."""
         if not self.writer.running:
             raise ClosedError("the runtime's writer has stopped")
-        event = self.progress
-        if event is None:
-            event = self.progress = trio.Event()
+        task = trio.lowlevel.current_task()
+        parked = self.parked
+        if not parked:
             self.writer.watch(self)
-        await event.wait()
+        parked.append(task)
+
+        def abort(_: object) -> trio.lowlevel.Abort:
+            parked.remove(task)  # still parked: notify() would have swapped the list
+            return trio.lowlevel.Abort.SUCCEEDED
+
+        await trio.lowlevel.wait_task_rescheduled(abort)
 
     def notify(self) -> None:
-        """Wake whoever waits in :meth:`wait_progress`."""
-        event = self.progress
-        if event is not None:
-            self.progress = None
+        """Wake every task parked in :meth:`wait_progress`."""
+        parked = self.parked
+        if parked:
+            self.parked = []
             self.writer.unwatch(self)
-            event.set()
+            for task in parked:
+                trio.lowlevel.reschedule(task)
 
     async def wait_write(self, write: PendingWrite, failures_before: int) -> None:
         """Wait for ``write``'s commit, all or nothing under cancellation: if cancelled

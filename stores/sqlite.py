@@ -65,11 +65,16 @@ __all__ = ["CHECKPOINT_FALLBACK_PAGES", "Checkpoints", "SqliteStore"]
 #: ``"deferred"``: commits leave checkpoints to the owner, who calls :meth:`~SqliteStore.
 #: checkpoint` on any handle of the file (the runtime does, on a connection of its own)
 #: when :attr:`~SqliteStore.wal_pages` grows; a commit checkpoints itself only past
-#: :data:`CHECKPOINT_FALLBACK_PAGES`, so the WAL stays bounded even if nobody does.
+#: :data:`CHECKPOINT_FALLBACK_PAGES` frames.
 Checkpoints = Literal["auto", "deferred"]
 
-#: With ``checkpoints="deferred"``, a commit leaving this many WAL frames checkpoints.
-CHECKPOINT_FALLBACK_PAGES = 10_000
+#: With ``checkpoints="deferred"``, a commit that leaves this many WAL frames checkpoints.
+#: Besides bounding the WAL if nobody else checkpoints, this is what restarts it under a
+#: continuous stream of commits: the writer restarts the WAL at a commit that finds it
+#: completely checkpointed, which a checkpoint running beside the commits rarely leaves
+#: it. Frames that the owner's checkpoints already copied are not copied again, so this
+#: checkpoint is short.
+CHECKPOINT_FALLBACK_PAGES = 4000
 
 _INFO_COLUMNS = "id, head, created_at, updated_at, header, parent_id, parent_seq"
 
