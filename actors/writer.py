@@ -27,7 +27,12 @@ from stores import AppendOp, ClosedError, GroupOp, ReplaceOp, TidelogError, Writ
 from .lane import StoreLane
 from .session import SessionActor
 
-__all__ = ["GroupCommitWriter", "WriterStatistics"]
+__all__ = ["DELIVERY_SLICE", "GroupCommitWriter", "WriterStatistics"]
+
+#: A batch's results are delivered this many ops at a time, with a checkpoint between
+#: slices, so the woken waiters' work is spread over several event-loop rounds instead of
+#: one long one (event-loop lag under load).
+DELIVERY_SLICE = 25
 
 
 @attrs.frozen
@@ -227,12 +232,20 @@ class GroupCommitWriter:
         else:
             now = trio.current_time()
             changed: set[str] = set()
-            for target, result in zip(targets, results, strict=True):
+            for index, (target, result) in enumerate(zip(targets, results, strict=True)):
+                if index and not index % DELIVERY_SLICE:
+                    # Let the waiters woken so far run before waking more: a big batch
+                    # never holds the event loop for all of its waiters' work at once.
+                    await trio.lowlevel.cancel_shielded_checkpoint()
                 for actor in target if isinstance(target, list) else (target,):
                     if actor.commit_done(result, now):
                         changed.add(actor.session_id)
                     if actor.pending:
                         self.submit(actor, urgent=True)
+            if len(targets) > DELIVERY_SLICE:
+                # ...and once more, so that the last slice has queued its next writes
+                # before the next batch is taken (run() yields again before taking it).
+                await trio.lowlevel.cancel_shielded_checkpoint()
             self._batches += 1
             self._events += sum(
                 len(op.events) if type(op) is AppendOp else _event_count(op) for op in ops
