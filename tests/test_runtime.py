@@ -10,6 +10,7 @@ import trio
 import trio.testing
 from helpers import FlakyMemoryStore, RuntimeFactory
 
+from actors.writer import DELIVERY_SLICE
 from runtime import (
     ClosedError,
     ConflictError,
@@ -242,6 +243,44 @@ async def test_group_commit_shares_transactions(rt: Runtime) -> None:
     assert stats.mean_batch_size > 1.0
     for i in range(30):
         assert (await rt.stat(f"s{i}")).head == 10  # type: ignore[union-attr]
+
+
+async def test_big_batch_wakes_its_waiters_in_slices(rt: Runtime) -> None:
+    """A batch of more than DELIVERY_SLICE awaited appends wakes its waiters a slice at
+    a time (other tasks run in between), and the next batch still takes every waiter."""
+    sessions = 3 * DELIVERY_SLICE + 5
+    writers = []
+    async with AsyncExitStack() as stack:
+        for i in range(sessions):
+            writers.append(await stack.enter_async_context(rt.open_session(f"s{i}")))
+        done = 0
+        most_between_steps = 0
+        running = True
+
+        async def observer() -> None:
+            nonlocal done, most_between_steps
+            while running:
+                seen = done
+                await trio.lowlevel.checkpoint()
+                most_between_steps = max(most_between_steps, done - seen)
+
+        async def work(w: object) -> None:
+            nonlocal done
+            assert isinstance(w, SessionWriter)
+            for n in range(3):
+                await w.append([ev(n)])
+                done += 1
+
+        before = rt.statistics().batches_committed
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(observer)
+            async with trio.open_nursery() as clients:
+                for w in writers:
+                    clients.start_soon(work, w)
+            running = False
+    assert done == 3 * sessions
+    assert 0 < most_between_steps <= 2 * DELIVERY_SLICE
+    assert rt.statistics().batches_committed - before == 3
 
 
 async def test_one_bad_append_fails_alone() -> None:
