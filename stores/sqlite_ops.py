@@ -104,12 +104,17 @@ def append_many(conn: apsw.Connection, ops: Sequence[AppendOp], now: float) -> l
                 (op.session_id, now, now, op.header_json),
             )
             sid = conn.last_insert_rowid()
-        rows.extend(
-            (sid, head + i, now, ev.kind, ev.data_json, ev.run_id)
-            for i, ev in enumerate(events, start=1)
-        )
-        updates.append((head + len(events), now, sid))
-        results.append(head + len(events))
+        if len(events) == 1:  # the usual case: one awaited append
+            event = events[0]
+            rows.append((sid, head + 1, now, event.kind, event.data_json, event.run_id))
+        else:
+            rows.extend(
+                (sid, head + i, now, ev.kind, ev.data_json, ev.run_id)
+                for i, ev in enumerate(events, start=1)
+            )
+        head += len(events)
+        updates.append((head, now, sid))
+        results.append(head)
     if rows:
         conn.executemany(
             "INSERT INTO events(sid, seq, ts, kind, data, run_id) VALUES (?,?,?,?,?,?)", rows
