@@ -55,6 +55,11 @@ def _parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--out", type=Path, default=DEFAULT_OUT, help="directory for JSON/markdown")
     p.add_argument("--list", action="store_true", help="list workloads and cases, then exit")
+    p.add_argument(
+        "--in-process",
+        action="store_true",
+        help="run every case in this process (debugging; default: a child process each)",
+    )
     return p
 
 
@@ -82,6 +87,7 @@ def _meta(args: argparse.Namespace, started: dt.datetime, seconds: float) -> dic
         "scale": args.scale,
         "rounds": args.rounds,
         "only": args.only or None,
+        "isolated": not args.in_process,
         "payload_bytes": PAYLOAD_BYTES,
         "commit": _git_commit(),
         "python": platform.python_version(),
@@ -111,7 +117,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     keys = list(dict.fromkeys(k for row in selected for k in row.cases()))
     started = dt.datetime.now().astimezone()
     t0 = time.perf_counter()
-    cases = run_cases(keys, scale=args.scale, rounds=args.rounds)
+    cases = run_cases(keys, scale=args.scale, rounds=args.rounds, isolate=not args.in_process)
     results = evaluate(selected, cases)
     meta = _meta(args, started, time.perf_counter() - t0)
     table = markdown_table(results)

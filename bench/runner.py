@@ -1,6 +1,9 @@
 """Run the selected cases round by round and reduce them to table rows.
 
-Every round runs every selected case once, each in a fresh temporary directory; the start
+Every round runs every selected case once, each in a fresh child process (``python -m
+bench.worker case``: nothing a case imported or allocated -- an alternative library, a
+million-event fold -- is in the process that measures the next one) and a fresh
+temporary directory; the start
 of the order rotates by one case per round, so no system always runs first or last on a
 machine whose speed drifts. Values are medians over the rounds. A ratio is paired by
 round: the median over rounds of (this round's value / the reference's value in the same
@@ -19,6 +22,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from .core import CASES, ROWS, CaseContext, Metrics, Row
+from .procs import Args, run_worker, worker
 
 __all__ = [
     "CaseResult",
@@ -113,15 +117,34 @@ def select_rows(only: Sequence[str] | None) -> list[Row]:
     return selected
 
 
+#: Seconds one case measurement may take in its child process.
+CASE_TIMEOUT = 900.0
+
+
+@worker("case")
+def _case_in_child(args: Args) -> Metrics:
+    """The child's side of an isolated case: ``{"key": ..., "scale": ...}``."""
+    return CASES[args["key"]].run(CaseContext(float(args["scale"])))
+
+
+def _run_one(key: str, scale: float, isolate: bool) -> Metrics:
+    if isolate:
+        return run_worker("case", {"key": key, "scale": scale}, timeout=CASE_TIMEOUT)
+    gc.collect()
+    return CASES[key].run(CaseContext(scale))
+
+
 def run_cases(
     keys: Sequence[str],
     *,
     scale: float,
     rounds: int,
+    isolate: bool = True,
     log: Callable[[str], None] = lambda s: print(s, file=sys.stderr, flush=True),
 ) -> dict[str, CaseResult]:
-    """Run ``keys`` for ``rounds`` rounds, interleaved. A failing case is recorded (its
-    traceback is logged) and the run goes on."""
+    """Run ``keys`` for ``rounds`` rounds, interleaved, each measurement in a child
+    process of its own (``isolate``; else in this process, for debugging). A failing case
+    is recorded (its traceback is logged) and the run goes on."""
     results = {k: CaseResult(k, CASES[k].system) for k in keys}
     runnable: list[str] = []
     for key in keys:
@@ -136,9 +159,8 @@ def run_cases(
         order = runnable[shift:] + runnable[:shift]
         for key in order:
             result = results[key]
-            gc.collect()
             try:
-                metrics = CASES[key].run(CaseContext(scale))
+                metrics = _run_one(key, scale, isolate)
             except Exception as exc:
                 result.errors.append(f"round {r + 1}: {type(exc).__name__}: {exc}")
                 result.rounds.append(None)

@@ -9,10 +9,11 @@ from __future__ import annotations
 import json
 import sys
 
+from . import runner as _runner  # registers the "case" worker
 from . import workloads as _workloads  # registers the workers
 from .procs import WORKERS
 
-assert _workloads
+assert _workloads and _runner
 
 
 def main(argv: list[str]) -> int:
