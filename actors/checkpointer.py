@@ -68,10 +68,15 @@ class Checkpointer:
             self._wake = trio.Event()
             self._running = True
             try:
-                if self._lane is None:
-                    clone = await self._writer_lane.run(self._source.clone)
-                    self._lane = StoreLane(clone, name="checkpointer")
-                self._covered = await self._lane.run(self._lane.store.checkpoint)
+                lane = self._lane
+                if lane is None:
+                    # Shielded: a clone opened while cancellation arrives must still be
+                    # kept (and closed by aclose), never dropped with its connection open.
+                    with trio.CancelScope(shield=True):
+                        clone = await self._writer_lane.run(self._source.clone)
+                        lane = StoreLane(clone, name="checkpointer")
+                        self._lane = lane
+                self._covered = await lane.run(lane.store.checkpoint)
                 self.checkpoints += 1
             except TidelogError:
                 self.failures += 1
