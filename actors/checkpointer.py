@@ -68,20 +68,21 @@ class Checkpointer:
             self._wake = trio.Event()
             self._running = True
             try:
-                lane = self._lane
-                if lane is None:
-                    # Shielded: a clone opened while cancellation arrives must still be
-                    # kept (and closed by aclose), never dropped with its connection open.
-                    with trio.CancelScope(shield=True):
-                        clone = await self._writer_lane.run(self._source.clone)
-                        lane = StoreLane(clone, name="checkpointer")
-                        self._lane = lane
+                lane = self._lane or await self._open_lane()
                 self._covered = await lane.run(lane.store.checkpoint)
                 self.checkpoints += 1
             except TidelogError:
                 self.failures += 1
             finally:
                 self._running = False
+
+    async def _open_lane(self) -> StoreLane:
+        # Shielded: a clone opened while cancellation arrives must still be kept (and
+        # closed by aclose), never dropped with its connection open.
+        with trio.CancelScope(shield=True):
+            clone = await self._writer_lane.run(self._source.clone)
+            lane = self._lane = StoreLane(clone, name="checkpointer")
+        return lane
 
     async def aclose(self) -> None:
         """Close the checkpoint connection, if it was opened. Call after :meth:`run` ended."""
