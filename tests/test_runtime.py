@@ -492,6 +492,26 @@ async def test_snapshot_does_not_pin_the_wal(tmp_path: pathlib.Path) -> None:
             assert log == done
 
 
+async def test_exit_during_background_checkpoints_loses_nothing(tmp_path: pathlib.Path) -> None:
+    """Leaving open_runtime while its checkpointer may be mid-checkpoint waits for it, closes
+    every connection, and the file reopens intact with every event."""
+    path = tmp_path / "db"
+    for round_ in range(3):
+        async with open_runtime(path) as rt, rt.open_session("s") as w:
+            for i in range(400):  # ~2400 WAL pages: checkpoints start along the way
+                await w.append([NewEvent("k", {"pad": "x" * 1000, "r": round_, "i": i})])
+            stats = rt.statistics()
+        assert stats.wal_checkpoints + stats.failed_wal_checkpoints >= 1
+    store = SqliteStore(path, integrity_check_on_open=True)
+    try:
+        events = store.read("s")
+    finally:
+        store.close()
+    assert [(e.data["r"], e.data["i"]) for e in events] == [  # type: ignore[index,call-overload]
+        (r, i) for r in range(3) for i in range(400)
+    ]
+
+
 # -- lifecycle ----------------------------------------------------------------------------
 
 
