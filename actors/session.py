@@ -290,18 +290,10 @@ class SessionActor:
     async def wait_write(self, write: PendingWrite, failures_before: int) -> None:
         """Wait for ``write``'s commit, all or nothing under cancellation: if cancelled
         before a batch took it (and nothing was queued behind it) it is withdrawn; else
-        its commit is awaited, shielded, before ``Cancelled`` propagates.
-
-        Raises as :meth:`wait_done` (whose loop it repeats inline: this is every awaited
-        append's path)."""
+        its commit is awaited, shielded, before ``Cancelled`` propagates. Raises as
+        :meth:`wait_done`."""
         try:
-            while not write.done:
-                if self.fatal is not None:
-                    raise self.fatal
-                if self.failures > failures_before and self.fault is not None:
-                    self.fault_reported = True
-                    raise self.fault
-                await self.wait_progress()
+            await self.wait_done(write, failures_before)
         except trio.Cancelled:
             if not self.withdraw(write):
                 with trio.CancelScope(shield=True), contextlib.suppress(TidelogError):

@@ -183,24 +183,22 @@ def _shallow_problem(value: Any) -> str | None:
     ``dict``/``list``/``tuple`` containers goes to the general walk."""
     kind = type(value)
     if kind is dict:
-        for key, item in value.items():
+        for key in value:
             if type(key) is not str and not isinstance(key, str):
                 return f"dict key {key!r} is not a str"
-            if type(item) not in _SCALAR_TYPES:
-                problem = _shallow_problem(item)
-                if problem is not None:
-                    return problem
-        return None
-    if kind is list:
-        for item in value:
-            if type(item) not in _SCALAR_TYPES:
-                problem = _shallow_problem(item)
-                if problem is not None:
-                    return problem
-        return None
-    if kind is tuple:
+        items = value.values()
+    elif kind is list:
+        items = value
+    elif kind is tuple:
         return "a tuple is not JSON (use a list)"
-    return _exactness_problem(value)
+    else:
+        return _exactness_problem(value)
+    for item in items:
+        if type(item) not in _SCALAR_TYPES:
+            problem = _shallow_problem(item)
+            if problem is not None:
+                return problem
+    return None
 
 
 def _exact_json_text(value: object, index: int | None, kind: object) -> str:

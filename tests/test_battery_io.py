@@ -377,13 +377,22 @@ async def test_runtime_intermittent_faults(tmp_path: Path, vfs: FaultyVFS, round
     assert _values(path) == expected
 
 
+async def _append(w: SessionWriter, batch: list[NewEvent]) -> list[NewEvent]:
+    await w.append(batch)
+    return batch
+
+
+def _padded_batch(i: int) -> list[NewEvent]:
+    """Two ~60 KB events: enough WAL pages per append to reach checkpoints quickly."""
+    return [NewEvent("k", {"i": i, "j": j, "pad": "p" * 60_000}) for j in range(2)]
+
+
 async def test_runtime_error_after_commit_lands_once(tmp_path: Path, vfs: FaultyVFS) -> None:
     """An error reported after the commit landed is retried without writing anything twice.
 
     The store checkpoints inside its commits (``checkpoints="auto"``), so a failing
     database write fails a checkpoint that runs after the COMMIT of the same call."""
     path = tmp_path / "ambiguous.db"
-    pad = "p" * 60_000
     expected: list[object] = []
     ambiguous = 0
     store = SqliteStore(path, checkpoints="auto")
@@ -392,7 +401,7 @@ async def test_runtime_error_after_commit_lands_once(tmp_path: Path, vfs: Faulty
             assert isinstance(w, SessionWriter)
             vfs.arm(Fault("write", "eio", target="db"))
             for i in range(120):  # > 1000 WAL pages: checkpoints are attempted and fail
-                batch = [NewEvent("k", {"i": i, "j": j, "pad": pad}) for j in range(2)]
+                batch = _padded_batch(i)
                 expected += [e.data for e in batch]
                 try:
                     await w.append(batch)
@@ -416,24 +425,19 @@ async def test_runtime_checkpoint_failures_never_reach_appends(
     database-file writes fail only checkpoints: every append succeeds, the failures are
     counted, and once the disk recovers a checkpoint succeeds and nothing is lost."""
     path = tmp_path / "deferred.db"
-    pad = "p" * 60_000
     expected: list[object] = []
     with trio.fail_after(60):
         async with open_runtime(path) as rt, rt.open_session("s") as w:
             assert isinstance(w, SessionWriter)
             vfs.arm(Fault("write", "eio", target="db"))
             for i in range(120):  # > 1000 WAL frames: checkpoints are attempted and fail
-                batch = [NewEvent("k", {"i": i, "j": j, "pad": pad}) for j in range(2)]
-                expected += [e.data for e in batch]
-                await w.append(batch)
+                expected += [e.data for e in await _append(w, _padded_batch(i))]
             while rt.statistics().failed_wal_checkpoints == 0:  # noqa: ASYNC110 (a background task's counter)
                 await trio.sleep(0.01)
             vfs.disarm()
             before = rt.statistics().wal_checkpoints
             for i in range(120, 240):
-                batch = [NewEvent("k", {"i": i, "j": j, "pad": pad}) for j in range(2)]
-                expected += [e.data for e in batch]
-                await w.append(batch)
+                expected += [e.data for e in await _append(w, _padded_batch(i))]
             while rt.statistics().wal_checkpoints == before:  # noqa: ASYNC110 (a background task's counter)
                 await trio.sleep(0.01)
             await w.flush()
