@@ -29,6 +29,8 @@ class ChangeHub:
 
     def notify(self, session_ids: Iterable[str]) -> None:
         """Wake every waiter on any of ``session_ids``."""
+        if not self._events:
+            return  # nobody watches anything (the usual case while appending)
         for session_id in session_ids:
             event = self._events.pop(session_id, None)
             if event is not None:

@@ -73,7 +73,8 @@ class SessionWriter:
             ClosedError: the handle or runtime is closed.
         """
         actor = self._live_actor()
-        check_seq(expected_head, "expected_head", allow_none=True)
+        if expected_head is not None:
+            check_seq(expected_head, "expected_head")
         prepared = prepare_events(events)
         await trio.lowlevel.checkpoint_if_cancelled()
         failures = actor.failures
