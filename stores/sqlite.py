@@ -554,8 +554,10 @@ class SqliteStore:
         return int(done)
 
     def _fallback_checkpoint(self, conn: apsw.Connection) -> None:
-        """``checkpoints="deferred"`` and the owner's checkpoints fell far behind: this
-        commit checkpoints (after its COMMIT, so a failure here changes nothing)."""
+        """``checkpoints="deferred"`` and this commit left :data:`CHECKPOINT_FALLBACK_PAGES`
+        more frames than this handle last checkpointed: checkpoint here, so the WAL can
+        restart (see the constant). Runs after the COMMIT: a failure changes nothing and
+        is left for the next time."""
         if self.wal_pages - self._fallback_done < CHECKPOINT_FALLBACK_PAGES:
             return
         with contextlib.suppress(apsw.Error):
