@@ -206,8 +206,8 @@ def _exact_json_text(value: object, index: int | None, kind: object) -> str:
 
     The C encoder refuses NaN/inf, cycles and foreign types, but silently turns tuples
     into arrays and int/None/bool keys into strings; a structural pass catches both. A
-    text with at most :data:`MAX_NESTING` brackets cannot nest deeper, so the pass over
-    such a value needs no depth bookkeeping.
+    text with at most :data:`MAX_NESTING` brackets (or at most twice as many characters)
+    cannot nest deeper, so the pass over such a value needs no depth bookkeeping.
     """
     try:
         text = _ENCODER.encode(value)
@@ -216,7 +216,8 @@ def _exact_json_text(value: object, index: int | None, kind: object) -> str:
     except RecursionError:
         raise InvalidEventError(index, kind, "data is nested too deeply") from None
     if type(value) not in _SCALAR_TYPES:
-        if text.count("[") + text.count("{") <= MAX_NESTING:
+        # Each level of nesting takes two characters, so a short text is shallow too.
+        if len(text) <= 2 * MAX_NESTING or text.count("[") + text.count("{") <= MAX_NESTING:
             problem = _shallow_problem(value)
         else:
             problem = _exactness_problem(value)
