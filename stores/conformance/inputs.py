@@ -18,6 +18,8 @@ from stores import (
 
 __all__ = ["InputCases"]
 
+from stores.records import MAX_NESTING
+
 from ._support import (
     _BAD_IDS,
     _BAD_KINDS,
@@ -104,6 +106,25 @@ class InputCases(ConformanceBase):
         assert isinstance(excinfo.value, ValueError)
         assert store.head("s") == 1
         assert _seqs(store.read("s")) == [1]
+
+    @pytest.mark.parametrize("wrap", ["list", "dict"])
+    def test_nesting_limit_is_exact(self, store: Store, wrap: str) -> None:
+        """Data nested MAX_NESTING levels is accepted and reads back; one more is refused
+        (short and long texts alike: the check's fast and general paths agree)."""
+
+        def nested(depth: int, leaf: Any = 0) -> Any:
+            value = leaf
+            for _ in range(depth):
+                value = [value] if wrap == "list" else {"k": value}
+            return value
+
+        for leaf in (0, "x" * 500):  # a short text, and one past the fast path's length
+            deepest = nested(MAX_NESTING, leaf)
+            head = store.append("s", [NewEvent("deep", deepest)])
+            assert store.read("s", since_seq=head - 1)[0].data == deepest
+            with pytest.raises(InvalidEventError, match="deeper"):
+                store.append("s", [NewEvent("deeper", nested(MAX_NESTING + 1, leaf))])
+            assert store.head("s") == head
 
     def test_last_event_bad_writes_nothing(self, store: Store) -> None:
         """A batch whose only bad event is the last one writes nothing and creates nothing."""
