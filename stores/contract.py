@@ -14,7 +14,7 @@ from typing import Protocol, runtime_checkable
 
 import attrs
 
-from .errors import InvalidArgumentError, InvalidEventError, TidelogError
+from .errors import ConflictError, InvalidArgumentError, InvalidEventError, TidelogError
 from .records import (
     _KNOWN_IDS,
     JSON,
@@ -37,6 +37,7 @@ __all__ = [
     "TruncateOp",
     "WriteOp",
     "check_ops",
+    "check_replace",
 ]
 
 
@@ -167,6 +168,18 @@ def _check_member(op: object, *, in_group: bool) -> None:
         check_seq(op.to_seq, "to_seq")
     if isinstance(op, ReplaceOp):
         check_seq(op.from_seq, "from_seq")
+
+
+def check_replace(op: ReplaceOp, head: int) -> None:
+    """The preconditions every backend applies to a :class:`ReplaceOp` against the
+    session's current ``head``: ``expected_head`` (:class:`ConflictError`) and
+    ``from_seq`` not past the head (:class:`InvalidArgumentError`)."""
+    if op.expected_head is not None and op.expected_head != head:
+        raise ConflictError(op.session_id, op.expected_head, head)
+    if op.from_seq > head:
+        raise InvalidArgumentError(
+            f"session {op.session_id!r}: from_seq {op.from_seq} is past the head {head}"
+        )
 
 
 def check_ops(ops: object) -> None:

@@ -27,6 +27,7 @@ from .contract import (
     TruncateOp,
     WriteOp,
     check_ops,
+    check_replace,
 )
 from .errors import (
     ClosedError,
@@ -209,12 +210,7 @@ class MemoryStore:
     def _replace(self, state: _State, op: ReplaceOp, now: float) -> int:
         session = state.sessions.get(op.session_id)
         head = 0 if session is None else len(session.rows)
-        if op.expected_head is not None and op.expected_head != head:
-            raise ConflictError(op.session_id, op.expected_head, head)
-        if op.from_seq > head:
-            raise InvalidArgumentError(
-                f"session {op.session_id!r}: from_seq {op.from_seq} is past the head {head}"
-            )
+        check_replace(op, head)
         if session is None:
             session = self._new_session(state, "{}", now)
             state.sessions[op.session_id] = session

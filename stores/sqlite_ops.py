@@ -13,7 +13,16 @@ from typing import Any
 
 import apsw
 
-from .contract import AppendOp, BatchResult, GroupOp, Pin, ReplaceOp, TruncateOp, WriteOp
+from .contract import (
+    AppendOp,
+    BatchResult,
+    GroupOp,
+    Pin,
+    ReplaceOp,
+    TruncateOp,
+    WriteOp,
+    check_replace,
+)
 from .errors import (
     ConflictError,
     InvalidArgumentError,
@@ -143,12 +152,7 @@ def replace_tail(conn: apsw.Connection, op: ReplaceOp, now: float) -> int:
     """Rewrite everything after ``op.from_seq`` (a ReplaceOp); the new head."""
     row = conn.execute("SELECT sid, head FROM sessions WHERE id=?", (op.session_id,)).fetchone()
     head = 0 if row is None else int(row[1])
-    if op.expected_head is not None and op.expected_head != head:
-        raise ConflictError(op.session_id, op.expected_head, head)
-    if op.from_seq > head:
-        raise InvalidArgumentError(
-            f"session {op.session_id!r}: from_seq {op.from_seq} is past the head {head}"
-        )
+    check_replace(op, head)
     if row is None:
         conn.execute(
             "INSERT INTO sessions(id, created_at, updated_at) VALUES (?,?,?)",
