@@ -31,14 +31,22 @@ from typing import Literal
 import apsw
 import trio
 
-from runtime import NewEvent, SessionWriter, open_runtime
+from runtime import NewEvent, Runtime, SessionWriter, open_runtime
 
 from ..alternatives import ALL as ALTERNATIVES
 from ..alternatives import Alternative
 from ..core import PAYLOAD, CaseContext, LagProbe, Metrics, Row, Target, case, encode_payload, rows
 from ..raw import RawSync, insert_rows, open_raw
 
-__all__ = ["REPEATS", "Gate", "RawGroupCommit", "shape", "timed_clients"]
+__all__ = [
+    "REPEATS",
+    "Gate",
+    "RawGroupCommit",
+    "raw_client",
+    "shape",
+    "tidelog_client",
+    "timed_clients",
+]
 
 
 #: Back-to-back repetitions of the workload per measurement (one timed region of 100 x 50
@@ -166,21 +174,35 @@ class RawGroupCommit:
         await committed.wait()
 
 
+async def raw_client(loop: RawGroupCommit, gate: Gate, session: str, appends: int) -> None:
+    """One raw W2 client: wait for the start, then ``appends`` awaited appends."""
+    await gate.arrive()
+    for seq in range(1, appends + 1):
+        await loop.append(session, seq, PAYLOAD)
+    gate.done()
+
+
+async def tidelog_client(rt: Runtime, gate: Gate, session: str, appends: int) -> None:
+    """One tidelog W2 client: open the session, wait for the start, ``appends`` awaited
+    appends, and keep the session open until every client is done (closing is untimed)."""
+    async with rt.open_session(session, mode="write") as w:
+        assert isinstance(w, SessionWriter)
+        await gate.arrive()
+        for _ in range(appends):
+            await w.append([NewEvent("message", PAYLOAD)])
+        gate.done()
+        await gate.leave.wait()
+
+
 async def _raw_main(path: Path, synchronous: RawSync, sessions: int, appends: int) -> _Run:
     conn = open_raw(path, synchronous)
     try:
         loop = RawGroupCommit(conn)
         gate = Gate(sessions)
 
-        async def client(session: str) -> None:
-            await gate.arrive()
-            for seq in range(1, appends + 1):
-                await loop.append(session, seq, PAYLOAD)
-            gate.done()
-
         def spawn(nursery: trio.Nursery) -> None:
             for i in range(sessions):
-                nursery.start_soon(client, f"session-{i}")
+                nursery.start_soon(raw_client, loop, gate, f"session-{i}", appends)
 
         async with trio.open_nursery() as writer_nursery:
             writer_nursery.start_soon(loop.run_writer)
@@ -211,18 +233,9 @@ async def _tidelog_main(path: Path, synchronous: Level, sessions: int, appends: 
     async with open_runtime(path, synchronous=synchronous) as rt:
         gate = Gate(sessions)
 
-        async def client(session: str) -> None:
-            async with rt.open_session(session, mode="write") as w:
-                assert isinstance(w, SessionWriter)
-                await gate.arrive()
-                for _ in range(appends):
-                    await w.append([NewEvent("message", PAYLOAD)])
-                gate.done()
-                await gate.leave.wait()
-
         def spawn(nursery: trio.Nursery) -> None:
             for i in range(sessions):
-                nursery.start_soon(client, f"session-{i}")
+                nursery.start_soon(tidelog_client, rt, gate, f"session-{i}", appends)
 
         before = rt.statistics()
         elapsed, probe = await timed_clients(gate, spawn)

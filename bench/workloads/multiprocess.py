@@ -22,18 +22,19 @@ The parent creates the database before the children start (not timed).
 
 from __future__ import annotations
 
+import functools
 import time
 from pathlib import Path
 from typing import Any, Literal
 
 import trio
 
-from runtime import NewEvent, SessionWriter, open_runtime
+from runtime import open_runtime
 
-from ..core import PAYLOAD, CaseContext, Metrics, Row, Target, case, rows
+from ..core import CaseContext, Metrics, Row, Target, case, rows
 from ..procs import ready_then_wait, run_together, worker
 from ..raw import open_raw
-from .group_commit import Gate, RawGroupCommit
+from .group_commit import Gate, RawGroupCommit, raw_client, tidelog_client
 
 __all__ = ["PROCESSES", "REPEATS", "SESSIONS_PER_PROCESS"]
 
@@ -65,16 +66,7 @@ async def _tidelog_child(path: str, prefix: str, sessions: int, appends: int) ->
     async with open_runtime(path, synchronous="full") as rt:
         for r in range(REPEATS):
             gate = Gate(sessions)
-
-            async def append_all(session: str, gate: Gate = gate) -> None:
-                async with rt.open_session(session, mode="write") as w:
-                    assert isinstance(w, SessionWriter)
-                    await gate.arrive()
-                    for _ in range(appends):
-                        await w.append([NewEvent("message", PAYLOAD)])
-                    gate.done()
-                    await gate.leave.wait()
-
+            append_all = functools.partial(tidelog_client, rt, gate, appends=appends)
             ids = [f"{prefix}-r{r}-session-{i}" for i in range(sessions)]
             out[f"start_{r}"], out[f"end_{r}"] = await _clients(gate, ids, append_all)
         out["batches"] = float(rt.statistics().batches_committed)
@@ -90,13 +82,7 @@ async def _raw_child(path: str, prefix: str, sessions: int, appends: int) -> Met
             writer_nursery.start_soon(loop.run_writer)
             for r in range(REPEATS):
                 gate = Gate(sessions)
-
-                async def append_all(session: str, gate: Gate = gate) -> None:
-                    await gate.arrive()
-                    for seq in range(1, appends + 1):
-                        await loop.append(session, seq, PAYLOAD)
-                    gate.done()
-
+                append_all = functools.partial(raw_client, loop, gate, appends=appends)
                 ids = [f"{prefix}-r{r}-session-{i}" for i in range(sessions)]
                 out[f"start_{r}"], out[f"end_{r}"] = await _clients(gate, ids, append_all)
             writer_nursery.cancel_scope.cancel()
