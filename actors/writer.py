@@ -237,13 +237,13 @@ class GroupCommitWriter:
                     # Let the waiters woken so far run before waking more: a big batch
                     # never holds the event loop for all of its waiters' work at once.
                     await trio.lowlevel.cancel_shielded_checkpoint()
-                if type(target) is SessionActor:  # one actor's op (a list: a group's)
+                if isinstance(target, SessionActor):  # one actor's op (a list: a group's)
                     if target.commit_done(result, now):
                         changed.add(target.session_id)
                     if target.pending:
                         self.submit(target, urgent=True)
                     continue
-                for actor in target if isinstance(target, list) else (target,):
+                for actor in target:  # a group's members
                     if actor.commit_done(result, now):
                         changed.add(actor.session_id)
                     if actor.pending:
