@@ -25,7 +25,7 @@ from __future__ import annotations
 import contextlib
 import enum
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
 import attrs
@@ -266,6 +266,11 @@ class SessionActor:
         Raises :class:`~stores.ClosedError` if the writer is not running."""
         if not self.writer.running:
             raise ClosedError("the runtime's writer has stopped")
+        await trio.lowlevel.wait_task_rescheduled(self._park())
+
+    def _park(self) -> Callable[[object], trio.lowlevel.Abort]:
+        """Park the current task (woken by :meth:`notify`); the abort function to yield
+        with. Callers check that the writer is running first."""
         task = trio.lowlevel.current_task()
         parked = self.parked
         if not parked:
@@ -274,9 +279,11 @@ class SessionActor:
 
         def abort(_: object) -> trio.lowlevel.Abort:
             parked.remove(task)  # still parked: notify() would have swapped the list
+            if not parked:
+                self.writer.unwatch(self)
             return trio.lowlevel.Abort.SUCCEEDED
 
-        await trio.lowlevel.wait_task_rescheduled(abort)
+        return abort
 
     def notify(self) -> None:
         """Wake every task parked in :meth:`wait_progress`."""
@@ -287,6 +294,32 @@ class SessionActor:
             for task in parked:
                 trio.lowlevel.reschedule(task)
 
+    async def append(self, events: Sequence[PreparedEvent], expected_head: int | None) -> int:
+        """Accept an awaited append (see :meth:`enqueue_append`) and return the new head
+        once it is committed; an empty batch returns the last accepted seq.
+
+        Cancellation: all or nothing, as :meth:`wait_write`. A cancel that was already
+        pending is delivered at the first park, before any batch can take the write, so
+        the write is withdrawn. Raises as :meth:`enqueue_append` and :meth:`wait_done`.
+        """
+        failures = self.failures
+        write = self.enqueue_append(events, expected_head, urgent=True)
+        if write is None:
+            await trio.lowlevel.checkpoint()
+            return self.assigned
+        if self.writer.running:
+            # The usual case, without the general wait loop: park once; the batch that
+            # commits the write wakes this task (only a failure leaves it not done).
+            try:
+                await trio.lowlevel.wait_task_rescheduled(self._park())
+            except trio.Cancelled:
+                await self._settle(write, failures)
+                raise
+            if write.done:
+                return write.last
+        await self.wait_write(write, failures)
+        return write.last
+
     async def wait_write(self, write: PendingWrite, failures_before: int) -> None:
         """Wait for ``write``'s commit, all or nothing under cancellation: if cancelled
         before a batch took it (and nothing was queued behind it) it is withdrawn; else
@@ -295,11 +328,16 @@ class SessionActor:
         try:
             await self.wait_done(write, failures_before)
         except trio.Cancelled:
-            if not self.withdraw(write):
-                with trio.CancelScope(shield=True), contextlib.suppress(TidelogError):
-                    # A failure leaves it queued for retry (or fenced): the head says which.
-                    await self.wait_done(write, failures_before)
+            await self._settle(write, failures_before)
             raise
+
+    async def _settle(self, write: PendingWrite, failures_before: int) -> None:
+        """After a cancelled wait: withdraw ``write`` if no batch took it yet, else wait
+        (shielded) until its commit attempt ended; the head tells the caller which."""
+        if not self.withdraw(write):
+            with trio.CancelScope(shield=True), contextlib.suppress(TidelogError):
+                # A failure leaves it queued for retry (or fenced): the head says which.
+                await self.wait_done(write, failures_before)
 
     async def wait_committed(self, target: int, failures_before: int) -> None:
         """Wait until every write accepted up to now is committed (see :meth:`wait_done`).

@@ -284,10 +284,7 @@ class RuntimeCheckpointer:
         events = _check_append(run_id, entries, head)
         header: dict[str, JSON] = {"tidelog": "checkpoint", "run_id": run_id}
         async with self.runtime._using(self.session_id(run_id), header=header) as actor:
-            failures = actor.failures
-            write = actor.enqueue_append(prepare_events(events), None, urgent=True)
-            if write is not None:
-                await actor.wait_write(write, failures)
+            await actor.append(prepare_events(events), None)
 
     async def load(self, run_id: str) -> RunSnapshot | None:
         """See :meth:`Checkpointer.load`."""

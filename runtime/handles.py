@@ -75,15 +75,7 @@ class SessionWriter:
         actor = self._live_actor()
         if expected_head is not None:
             check_seq(expected_head, "expected_head")
-        prepared = prepare_events(events)
-        await trio.lowlevel.checkpoint_if_cancelled()
-        failures = actor.failures
-        write = actor.enqueue_append(prepared, expected_head, urgent=True)
-        if write is None:
-            await trio.lowlevel.cancel_shielded_checkpoint()
-            return actor.assigned
-        await actor.wait_write(write, failures)
-        return write.last
+        return await actor.append(prepare_events(events), expected_head)
 
     def append_nowait(
         self, events: Sequence[NewEvent], *, expected_head: int | None = None

@@ -402,10 +402,7 @@ class RuntimeHistory:
             await actor.wait_committed(actor.assigned, actor.failures)
             if await self.has_run(session_id, run_id):
                 return run_id
-            failures = actor.failures
-            write = actor.enqueue_append(prepared, None, urgent=True)
-            assert write is not None
-            await actor.wait_write(write, failures)
+            await actor.append(prepared, None)
         return run_id
 
     async def has_run(self, session_id: str, run_id: str) -> bool:
@@ -493,10 +490,7 @@ class RuntimeHistory:
     async def _archive(self, session_id: str, events: list[NewEvent]) -> None:
         header: dict[str, JSON] = {"tidelog": "archive", "session": session_id}
         async with self.runtime._using(self.archive_session(session_id), header=header) as a:
-            failures = a.failures
-            write = a.enqueue_append(prepare_events(events), None, urgent=True)
-            if write is not None:
-                await a.wait_write(write, failures)
+            await a.append(prepare_events(events), None)
 
     async def recall_tool_result(self, session_id: str, call_id: str) -> str | None:
         """The full output of a tool result that ``trim_tool_results`` cut, or ``None``
