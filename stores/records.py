@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Iterable, Mapping, Sequence
+import threading
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, TypeAlias
 
 import attrs
@@ -46,6 +47,34 @@ MAX_ID_LENGTH = 256
 
 _ENCODER = json.JSONEncoder(ensure_ascii=False, allow_nan=False, separators=(",", ":"))
 _DECODER = json.JSONDecoder()
+_C_MAKE_ENCODER: Callable[..., Callable[[object, int], Iterable[str]]] | None = getattr(
+    json.encoder, "c_make_encoder", None
+)
+_THREAD = threading.local()
+
+
+def _encode(value: object) -> str:
+    """``_ENCODER.encode(value)`` without its per-call setup (a new C encoder and markers
+    dict every call, ~0.8 us of a 3 us encode): each thread keeps one C encoder, with its
+    own circular-reference markers, cleared when an encode fails part-way."""
+    try:
+        run, markers = _THREAD.encoder
+    except AttributeError:
+        if _C_MAKE_ENCODER is None:  # no C accelerator (another Python implementation)
+            return _ENCODER.encode(value)
+        markers = {}
+        run = _C_MAKE_ENCODER(
+            markers, _ENCODER.default, json.encoder.encode_basestring, None, ":", ",",
+            False, False, False,
+        )  # fmt: skip
+        _THREAD.encoder = (run, markers)
+    try:
+        return "".join(run(value, 0))
+    except BaseException:
+        markers.clear()  # a failed encode leaves the containers it was inside marked
+        raise
+
+
 _CONTROL = re.compile("[\x00-\x1f\x7f-\x9f]")
 
 
@@ -210,7 +239,7 @@ def _exact_json_text(value: object, index: int | None, kind: object) -> str:
     cannot nest deeper, so the pass over such a value needs no depth bookkeeping.
     """
     try:
-        text = _ENCODER.encode(value)
+        text = _encode(value)
     except (TypeError, ValueError) as exc:
         raise InvalidEventError(index, kind, f"data is not JSON: {exc}") from None
     except RecursionError:

@@ -107,6 +107,18 @@ class InputCases(ConformanceBase):
         assert store.head("s") == 1
         assert _seqs(store.read("s")) == [1]
 
+    def test_refused_payload_leaves_no_trace(self, store: Store) -> None:
+        """Containers a refused encode was inside encode normally afterwards (a failed
+        encode must not leave them looking like a circular reference)."""
+        inner: list[JSON] = [1, float("nan")]
+        outer: dict[str, JSON] = {"a": inner}
+        with pytest.raises(InvalidEventError):
+            store.append("s", [NewEvent("k", outer)])
+        inner.pop()
+        head = store.append("s", [NewEvent("k", outer), NewEvent("k", inner)])
+        assert [e.data for e in store.read("s")] == [{"a": [1]}, [1]]
+        assert head == 2
+
     @pytest.mark.parametrize("wrap", ["list", "dict"])
     def test_nesting_limit_is_exact(self, store: Store, wrap: str) -> None:
         """Data nested MAX_NESTING levels is accepted and reads back; one more is refused
