@@ -25,7 +25,7 @@ from __future__ import annotations
 import contextlib
 import enum
 from collections import deque
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 import attrs
@@ -266,11 +266,6 @@ class SessionActor:
         Raises :class:`~stores.ClosedError` if the writer is not running."""
         if not self.writer.running:
             raise ClosedError("the runtime's writer has stopped")
-        await trio.lowlevel.wait_task_rescheduled(self._park())
-
-    def _park(self) -> Callable[[object], trio.lowlevel.Abort]:
-        """Park the current task (woken by :meth:`notify`); the abort function to yield
-        with. Callers check that the writer is running first."""
         task = trio.lowlevel.current_task()
         parked = self.parked
         if not parked:
@@ -278,12 +273,17 @@ class SessionActor:
         parked.append(task)
 
         def abort(_: object) -> trio.lowlevel.Abort:
-            parked.remove(task)  # still parked: notify() would have swapped the list
-            if not parked:
-                self.writer.unwatch(self)
+            self._unpark(parked, task)
             return trio.lowlevel.Abort.SUCCEEDED
 
-        return abort
+        await trio.lowlevel.wait_task_rescheduled(abort)
+
+    def _unpark(self, parked: list[trio.lowlevel.Task], task: trio.lowlevel.Task) -> None:
+        """Take a cancelled ``task`` out of ``parked`` (still this actor's list: notify()
+        would have swapped it and rescheduled the task, and then nothing aborts it)."""
+        parked.remove(task)
+        if not parked:
+            self.writer.unwatch(self)
 
     def notify(self) -> None:
         """Wake every task parked in :meth:`wait_progress`."""
@@ -298,9 +298,11 @@ class SessionActor:
         """Accept an awaited append (see :meth:`enqueue_append`) and return the new head
         once it is committed; an empty batch returns the last accepted seq.
 
-        Cancellation: all or nothing, as :meth:`wait_write`. A cancel that was already
-        pending is delivered at the first park, before any batch can take the write, so
-        the write is withdrawn. Raises as :meth:`enqueue_append` and :meth:`wait_done`.
+        Cancellation: all or nothing, as :meth:`wait_write`, decided the moment the
+        cancel arrives: a write no batch has taken is withdrawn then and there (so a
+        cancel already pending at the call always withdraws it); a taken one is waited
+        for, shielded, before ``Cancelled`` propagates. Raises as :meth:`enqueue_append`
+        and :meth:`wait_done`.
         """
         failures = self.failures
         write = self.enqueue_append(events, expected_head, urgent=True)
@@ -310,11 +312,27 @@ class SessionActor:
         if self.writer.running:
             # The usual case, without the general wait loop: park once; the batch that
             # commits the write wakes this task (only a failure leaves it not done).
-            try:
-                await trio.lowlevel.wait_task_rescheduled(self._park())
-            except trio.Cancelled:
-                await self._settle(write, failures)
-                raise
+            task = trio.lowlevel.current_task()
+            parked = self.parked
+            if not parked:
+                self.writer.watch(self)
+            parked.append(task)
+            taken_when_cancelled = False
+
+            def abort(_: object) -> trio.lowlevel.Abort:
+                nonlocal taken_when_cancelled
+                if self.withdraw(write):  # no batch took it: it never happened
+                    self._unpark(parked, task)
+                    return trio.lowlevel.Abort.SUCCEEDED
+                taken_when_cancelled = True  # stay parked until its attempt ends
+                return trio.lowlevel.Abort.FAILED
+
+            await trio.lowlevel.wait_task_rescheduled(abort)
+            if taken_when_cancelled:
+                with trio.CancelScope(shield=True), contextlib.suppress(TidelogError):
+                    # A failure leaves it queued for retry (or fenced): the head says which.
+                    await self.wait_done(write, failures)
+                await trio.lowlevel.checkpoint()  # raises the Cancelled the abort deferred
             if write.done:
                 return write.last
         await self.wait_write(write, failures)
@@ -328,16 +346,11 @@ class SessionActor:
         try:
             await self.wait_done(write, failures_before)
         except trio.Cancelled:
-            await self._settle(write, failures_before)
+            if not self.withdraw(write):
+                with trio.CancelScope(shield=True), contextlib.suppress(TidelogError):
+                    # A failure leaves it queued for retry (or fenced): the head says which.
+                    await self.wait_done(write, failures_before)
             raise
-
-    async def _settle(self, write: PendingWrite, failures_before: int) -> None:
-        """After a cancelled wait: withdraw ``write`` if no batch took it yet, else wait
-        (shielded) until its commit attempt ended; the head tells the caller which."""
-        if not self.withdraw(write):
-            with trio.CancelScope(shield=True), contextlib.suppress(TidelogError):
-                # A failure leaves it queued for retry (or fenced): the head says which.
-                await self.wait_done(write, failures_before)
 
     async def wait_committed(self, target: int, failures_before: int) -> None:
         """Wait until every write accepted up to now is committed (see :meth:`wait_done`).
@@ -407,32 +420,35 @@ class SessionActor:
 
     def commit_done(self, result: BatchResult, now: float) -> bool:
         """Apply one op's result. Returns True if the session's committed data changed."""
-        if self.in_flight == 1:
-            taken = [self.pending.popleft()]
-        else:
-            taken = [self.pending.popleft() for _ in range(self.in_flight)]
+        count = self.in_flight
         self.in_flight = 0
-        if isinstance(result, TidelogError):
-            self.pending.extendleft(reversed(taken))
+        if isinstance(result, TidelogError):  # the op's writes stay queued, in order
             if isinstance(result, StoreError):
                 self.commit_failed(result, now)  # transient: retried with backoff
             else:
                 self.die(result)  # lost lease, foreign write, bad op: retrying cannot help
             return False
-        for write in taken:
-            write.done = True
-            write.result = result
-        front = taken[0]
-        if front.kind in ("append", "replace", "group"):
-            self.committed = taken[-1].last
-        elif front.kind == "truncate":
+        pending = self.pending
+        front = last = pending.popleft()
+        front.done = True
+        front.result = result
+        if count > 1:  # appends merged into one op
+            for _ in range(count - 1):
+                last = pending.popleft()
+                last.done = True
+                last.result = result
+        kind = front.kind
+        if kind == "truncate":
             self.committed = front.to_seq
-        else:
+        elif kind == "delete":
             self.committed = 0
             self.die(ClosedError(f"session {self.session_id!r} was deleted"))
-        self.fault = None
-        self.backoff = 0.0
-        self.retry_at = 0.0
+        else:  # append, replace, group
+            self.committed = last.last
+        if self.fault is not None or self.backoff:
+            self.fault = None
+            self.backoff = 0.0
+            self.retry_at = 0.0
         self.notify()
         return True
 

@@ -184,15 +184,17 @@ class GroupCommitWriter:
         now = trio.current_time()
         targets: list[SessionActor | list[SessionActor]] = []  # a list: a group's members
         ops: list[WriteOp] = []
-        for actor in list(self._dirty):
+        events = 0
+        dirty = self._dirty
+        for actor in list(dirty):
             if len(ops) >= self.max_ops:
                 self._wake.set()
                 break
-            if actor not in self._dirty:
+            if actor not in dirty:
                 continue  # taken as a member of a group already
             pending = actor.pending
             if not pending:
-                del self._dirty[actor]
+                del dirty[actor]
                 continue
             if actor.in_flight or now < actor.retry_at:
                 continue  # not ready (see SessionActor.ready)
@@ -202,16 +204,19 @@ class GroupCommitWriter:
                     continue  # a member still has earlier writes to commit
                 members = [member for member, _ in unit.members]
                 parts = [member.take_op() for member in members]
-                ops.append(GroupOp(tuple(p for p in parts if isinstance(p, AppendOp))))
+                group = GroupOp(tuple(p for p in parts if isinstance(p, AppendOp)))
+                ops.append(group)
                 targets.append(members)
+                events += _event_count(group)
                 for member in members:
-                    self._dirty.pop(member, None)
+                    dirty.pop(member, None)
                 continue
             op = actor.take_op()
             if op is not None:
-                del self._dirty[actor]
+                del dirty[actor]
                 targets.append(actor)
                 ops.append(op)
+                events += len(op.events) if type(op) is AppendOp else _event_count(op)
         sync = self._sync_requested
         if not ops and not sync:
             return
@@ -232,30 +237,33 @@ class GroupCommitWriter:
         else:
             now = trio.current_time()
             changed: set[str] = set()
-            for index, (target, result) in enumerate(zip(targets, results, strict=True)):
-                if index and not index % DELIVERY_SLICE:
+            count = len(targets)
+            if len(results) != count:
+                raise RuntimeError(f"the store returned {len(results)} results for {count} ops")
+            for start in range(0, count, DELIVERY_SLICE):
+                if start:
                     # Let the waiters woken so far run before waking more: a big batch
                     # never holds the event loop for all of its waiters' work at once.
                     await trio.lowlevel.cancel_shielded_checkpoint()
-                if isinstance(target, SessionActor):  # one actor's op (a list: a group's)
-                    if target.commit_done(result, now):
-                        changed.add(target.session_id)
-                    if target.pending:
-                        self.submit(target, urgent=True)
-                    continue
-                for actor in target:  # a group's members
-                    if actor.commit_done(result, now):
-                        changed.add(actor.session_id)
-                    if actor.pending:
-                        self.submit(actor, urgent=True)
-            if len(targets) > DELIVERY_SLICE:
+                for index in range(start, min(start + DELIVERY_SLICE, count)):
+                    target, result = targets[index], results[index]
+                    if isinstance(target, SessionActor):  # one actor's op
+                        if target.commit_done(result, now):
+                            changed.add(target.session_id)
+                        if target.pending:
+                            self.submit(target, urgent=True)
+                        continue
+                    for actor in target:  # a group's members
+                        if actor.commit_done(result, now):
+                            changed.add(actor.session_id)
+                        if actor.pending:
+                            self.submit(actor, urgent=True)
+            if count > DELIVERY_SLICE:
                 # ...and once more, so that the last slice has queued its next writes
                 # before the next batch is taken (run() yields again before taking it).
                 await trio.lowlevel.cancel_shielded_checkpoint()
             self._batches += 1
-            self._events += sum(
-                len(op.events) if type(op) is AppendOp else _event_count(op) for op in ops
-            )
+            self._events += events
             if sync or self._every_commit_syncs:
                 self._fsyncs += 1 if ops or sync else 0
             if sync:
