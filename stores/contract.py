@@ -197,10 +197,16 @@ def check_ops(ops: object) -> None:
 def _plain_append_ok(op: AppendOp) -> bool:
     """True if ``op`` is certainly well-formed (a quick check; False means "look closer")."""
     head = op.expected_head
+    events = op.events
     return (
         op.session_id in _KNOWN_IDS
         and (head is None or (type(head) is int and head >= 0))
-        and all(type(event) is PreparedEvent for event in op.events)
+        and type(events) is tuple
+        and (
+            type(events[0]) is PreparedEvent
+            if len(events) == 1  # the usual op: one awaited append
+            else all(type(event) is PreparedEvent for event in events)
+        )
     )
 
 

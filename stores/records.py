@@ -260,6 +260,12 @@ def _exact_json_text(value: object, index: int | None, kind: object) -> str:
     return text
 
 
+def encode_id_list(session_ids: list[str]) -> str:
+    """JSON text of a list of *validated* session ids (see :func:`validate_session_id`):
+    plain text, so no exactness walk is needed."""
+    return _encode(session_ids)
+
+
 def encode_json(value: object) -> str:
     """Encode one JSON value canonically; raise :class:`InvalidEventError` (index None)."""
     return _exact_json_text(value, None, None)

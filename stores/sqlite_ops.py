@@ -30,7 +30,7 @@ from .errors import (
     SnapshotExpiredError,
     TidelogError,
 )
-from .records import PreparedEvent, encode_json
+from .records import PreparedEvent, encode_id_list
 from .sqlite_lineage import pieces, protect_children, read_rows
 
 
@@ -83,7 +83,7 @@ def append_many(conn: apsw.Connection, ops: Sequence[AppendOp], now: float) -> l
             "SELECT j.value, s.sid, s.head, l.owner FROM json_each(?) AS j "
             "LEFT JOIN sessions AS s ON s.id = j.value "
             "LEFT JOIN leases AS l ON l.id = j.value",
-            (encode_json([op.session_id for op in ops]),),
+            (encode_id_list([op.session_id for op in ops]),),
         )
     }
     results: list[BatchResult] = []
