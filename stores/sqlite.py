@@ -169,6 +169,7 @@ class SqliteStore:
             # A WAL hook replaces SQLite's own autocheckpoint (which is such a hook).
             self._conn.set_wal_hook(self._note_wal_pages)
         self._unsynced = False
+        self._known = sqlops.KnownHeads()
 
     def _note_wal_pages(self, conn: apsw.Connection, name: str, pages: int) -> int:
         """WAL hook (``checkpoints="deferred"``): runs in the committing thread."""
@@ -190,9 +191,17 @@ class SqliteStore:
                 yield conn
 
     @contextmanager
-    def _write(self, what: str, *, sync: bool = False) -> Iterator[apsw.Connection]:
-        """One ``BEGIN IMMEDIATE`` transaction; rolled back whole on any exception."""
+    def _write(
+        self, what: str, *, sync: bool = False, fast_append: bool = False
+    ) -> Iterator[apsw.Connection]:
+        """One ``BEGIN IMMEDIATE`` transaction; rolled back whole on any exception.
+
+        Any write but the append fast path's (``fast_append``) may change heads or leases
+        behind that path's memory (:class:`~stores.sqlite_ops.KnownHeads`): it is forgotten.
+        """
         with self._connection(what) as conn:
+            if not fast_append:
+                self._known.forget()
             full = sync and self.synchronous == "normal"
             if full:
                 conn.execute("PRAGMA synchronous=FULL")
@@ -259,11 +268,12 @@ class SqliteStore:
             with self._connection("write_batch") as conn:
                 return [sqlops.check_op(conn, op) for op in ops]
         if _plain_appends(ops):
-            with self._write("write_batch", sync=sync) as conn:
-                results = sqlops.append_many(conn, ops, time.time())
+            with self._write("write_batch", sync=sync, fast_append=True) as conn:
+                results, committed = sqlops.append_many(conn, ops, time.time(), self._known)
                 if not writes:
                     conn.execute("UPDATE meta SET value=value+1 WHERE key='sync_epoch'")
-                return results
+            committed()
+            return results
         results = []
         failed: dict[str, TidelogError] = {}
         with self._write("write_batch", sync=sync) as conn:

@@ -7,11 +7,13 @@ on the connection's owner thread; none commits. Errors are tidelog errors (the c
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+import functools
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import Any
 
 import apsw
+import attrs
 
 from .contract import (
     AppendOp,
@@ -67,7 +69,41 @@ def ranges_of(conn: apsw.Connection, sid: int) -> list[tuple[int, int, int]]:
     return pieces(conn, sid, base_sid, base_seq, head)
 
 
-def append_many(conn: apsw.Connection, ops: Sequence[AppendOp], now: float) -> list[BatchResult]:
+#: What a session's row and lease held after this connection's last commit:
+#: ``(sid, head, lease owner or None)``.
+Known = tuple[int, int, str | None]
+
+
+@attrs.define
+class KnownHeads:
+    """The append fast path's memory of what its own commits left behind, so that a batch
+    need not look up every session's row and lease again.
+
+    Valid only while nothing else changed those tables: no other connection committed
+    (``PRAGMA data_version``, read inside the write transaction, is unchanged) and this
+    connection wrote nothing but fast-path appends (the store calls :meth:`forget` before
+    every other write). A transaction that does not commit leaves it invalid.
+    """
+
+    rows: dict[str, Known] = attrs.Factory(dict)
+    #: ``data_version`` as seen inside the transaction that last filled ``rows``.
+    version: int | None = None
+
+    def forget(self) -> None:
+        """Invalidate (another write on this connection may change heads or leases)."""
+        self.version = None
+
+    def committed(self, version: int, rows: dict[str, Known], *, fresh: bool) -> None:
+        """Record what a committed fast-path batch left (``fresh``: from a full lookup)."""
+        if fresh or len(self.rows) > 100_000:
+            self.rows.clear()
+        self.rows.update(rows)
+        self.version = version
+
+
+def append_many(
+    conn: apsw.Connection, ops: Sequence[AppendOp], now: float, known: KnownHeads
+) -> tuple[list[BatchResult], Callable[[], None]]:
     """The group-commit fast path: appends to distinct sessions, a handful of
     statements per batch instead of several per op.
 
@@ -75,23 +111,37 @@ def append_many(conn: apsw.Connection, ops: Sequence[AppendOp], now: float) -> l
     that fails writes nothing; the writes themselves -- one ``executemany`` for all
     events, one for all heads -- can then only fail as a whole (I/O), which fails the
     transaction and every op with it.
+
+    The checks read each session's row and lease in one lookup, or take them from
+    ``known`` when that is still exact. Returns the results and a function the caller
+    calls once the transaction committed, to update ``known``.
     """
-    # One lookup for every session's row and lease (LEFT JOINs: either may be missing).
-    found = {
-        row[0]: row[1:]
-        for row in conn.execute(
-            "SELECT j.value, s.sid, s.head, l.owner FROM json_each(?) AS j "
-            "LEFT JOIN sessions AS s ON s.id = j.value "
-            "LEFT JOIN leases AS l ON l.id = j.value",
-            (encode_id_list([op.session_id for op in ops]),),
-        )
-    }
+    version = one(conn, "PRAGMA data_version")[0]
+    rows = known.rows
+    fresh = not (
+        known.version == version and all(op.session_id in rows and not op.retry for op in ops)
+    )
+    known.forget()  # until this transaction commits
+    found: Mapping[str, tuple[int | None, int, str | None]]
+    if fresh:
+        # One lookup for every session's row and lease (LEFT JOINs: either may be missing).
+        found = {
+            row[0]: (row[1], 0 if row[1] is None else row[2], row[3])
+            for row in conn.execute(
+                "SELECT j.value, s.sid, s.head, l.owner FROM json_each(?) AS j "
+                "LEFT JOIN sessions AS s ON s.id = j.value "
+                "LEFT JOIN leases AS l ON l.id = j.value",
+                (encode_id_list([op.session_id for op in ops]),),
+            )
+        }
+    else:
+        found = rows  # every session is there
     results: list[BatchResult] = []
-    rows: list[tuple[Any, ...]] = []
+    rows_after: dict[str, Known] = {}
+    events_rows: list[tuple[Any, ...]] = []
     updates: list[tuple[int, float, int]] = []
     for op in ops:
-        sid, stored_head, owner = found[op.session_id]
-        head = 0 if sid is None else int(stored_head)
+        sid, head, owner = found[op.session_id]
         try:
             if op.owner is not None and owner != op.owner:
                 raise OwnershipLostError(op.session_id)
@@ -103,33 +153,36 @@ def append_many(conn: apsw.Connection, ops: Sequence[AppendOp], now: float) -> l
                 events = events[done:]
         except TidelogError as exc:
             results.append(exc)
+            if sid is not None:
+                rows_after[op.session_id] = (sid, head, owner)
             continue
-        if not events:
-            results.append(head)
-            continue
-        if sid is None:
-            conn.execute(
-                "INSERT INTO sessions(id, created_at, updated_at, header) VALUES (?,?,?,?)",
-                (op.session_id, now, now, op.header_json),
-            )
-            sid = conn.last_insert_rowid()
-        if len(events) == 1:  # the usual case: one awaited append
-            event = events[0]
-            rows.append((sid, head + 1, now, event.kind, event.data_json, event.run_id))
-        else:
-            rows.extend(
-                (sid, head + i, now, ev.kind, ev.data_json, ev.run_id)
-                for i, ev in enumerate(events, start=1)
-            )
-        head += len(events)
-        updates.append((head, now, sid))
+        if events:
+            if sid is None:
+                conn.execute(
+                    "INSERT INTO sessions(id, created_at, updated_at, header) VALUES (?,?,?,?)",
+                    (op.session_id, now, now, op.header_json),
+                )
+                sid = conn.last_insert_rowid()
+            if len(events) == 1:  # the usual case: one awaited append
+                event = events[0]
+                events_rows.append((sid, head + 1, now, event.kind, event.data_json, event.run_id))
+            else:
+                events_rows.extend(
+                    (sid, head + i, now, ev.kind, ev.data_json, ev.run_id)
+                    for i, ev in enumerate(events, start=1)
+                )
+            head += len(events)
+            updates.append((head, now, sid))
+        if sid is not None:
+            rows_after[op.session_id] = (sid, head, owner)
         results.append(head)
-    if rows:
+    if events_rows:
         conn.executemany(
-            "INSERT INTO events(sid, seq, ts, kind, data, run_id) VALUES (?,?,?,?,?,?)", rows
+            "INSERT INTO events(sid, seq, ts, kind, data, run_id) VALUES (?,?,?,?,?,?)",
+            events_rows,
         )
         conn.executemany("UPDATE sessions SET head=?, updated_at=? WHERE sid=?", updates)
-    return results
+    return results, functools.partial(known.committed, version, rows_after, fresh=fresh)
 
 
 def apply_op(conn: apsw.Connection, op: WriteOp, now: float) -> int:

@@ -459,6 +459,50 @@ def test_write_batch_fencing_fails_alone(open_store: Callable[..., SqliteStore])
     assert store.stat("b") is None and store.stat("c") is None
 
 
+def _warm(store: SqliteStore, session_id: str, owner: str | None = None) -> int:
+    """Two fast-path batches on one session, so the second ran on remembered heads."""
+    assert store.write_batch([op(session_id, 1, expected_head=0, owner=owner)]) == [1]
+    assert store.write_batch([op(session_id, 1, expected_head=1, owner=owner)]) == [2]
+    return 2
+
+
+def test_fast_path_sees_another_connections_append(
+    open_store: Callable[..., SqliteStore],
+) -> None:
+    """The fast path's remembered heads never hide another connection's commit: a stale
+    expected_head is a ConflictError with the real head."""
+    store, other = open_store(), open_store()
+    head = _warm(store, "s")
+    assert other.append("s", evs(1)) == head + 1
+    (error,) = store.write_batch([op("s", 1, expected_head=head)])
+    assert isinstance(error, ConflictError)
+    assert (error.expected, error.actual) == (head, head + 1)
+    assert store.write_batch([op("s", 1, expected_head=head + 1)]) == [head + 2]
+
+
+def test_fast_path_sees_a_lease_taken_over(open_store: Callable[..., SqliteStore]) -> None:
+    """A lease taken over by another connection fences the next fast-path batch."""
+    store, other = open_store(), open_store()
+    store.acquire_lease("s", "token-1", ttl=0.05, holder="test")
+    head = _warm(store, "s", owner="token-1")
+    time.sleep(0.1)  # the lease expires
+    other.acquire_lease("s", "token-2", ttl=60.0, holder="test")
+    (error,) = store.write_batch([op("s", 1, expected_head=head, owner="token-1")])
+    assert isinstance(error, OwnershipLostError)
+    assert other.head("s") == head
+
+
+def test_fast_path_sees_its_own_other_writes(open_store: Callable[..., SqliteStore]) -> None:
+    """A truncate through the same handle is seen by the next fast-path batch."""
+    store = open_store()
+    head = _warm(store, "s")
+    assert store.truncate("s", 0) == head
+    (error,) = store.write_batch([op("s", 1, expected_head=head)])
+    assert isinstance(error, ConflictError) and error.actual == 0
+    assert store.write_batch([op("s", 1, expected_head=0)]) == [1]
+    assert store.head("s") == 1
+
+
 # -- 9. sync --------------------------------------------------------------------------------
 
 
