@@ -268,29 +268,19 @@ class SessionActor:
             raise ClosedError("the runtime's writer has stopped")
         task = trio.lowlevel.current_task()
         parked = self.parked
-        if not parked:
-            self.writer.watch(self)
         parked.append(task)
 
         def abort(_: object) -> trio.lowlevel.Abort:
-            self._unpark(parked, task)
+            parked.remove(task)  # still parked: notify() would have swapped the list
             return trio.lowlevel.Abort.SUCCEEDED
 
         await trio.lowlevel.wait_task_rescheduled(abort)
-
-    def _unpark(self, parked: list[trio.lowlevel.Task], task: trio.lowlevel.Task) -> None:
-        """Take a cancelled ``task`` out of ``parked`` (still this actor's list: notify()
-        would have swapped it and rescheduled the task, and then nothing aborts it)."""
-        parked.remove(task)
-        if not parked:
-            self.writer.unwatch(self)
 
     def notify(self) -> None:
         """Wake every task parked in :meth:`wait_progress`."""
         parked = self.parked
         if parked:
             self.parked = []
-            self.writer.unwatch(self)
             for task in parked:
                 trio.lowlevel.reschedule(task)
 
@@ -314,15 +304,13 @@ class SessionActor:
             # commits the write wakes this task (only a failure leaves it not done).
             task = trio.lowlevel.current_task()
             parked = self.parked
-            if not parked:
-                self.writer.watch(self)
             parked.append(task)
             taken_when_cancelled = False
 
             def abort(_: object) -> trio.lowlevel.Abort:
                 nonlocal taken_when_cancelled
                 if self.withdraw(write):  # no batch took it: it never happened
-                    self._unpark(parked, task)
+                    parked.remove(task)  # still parked: notify() would have swapped it
                     return trio.lowlevel.Abort.SUCCEEDED
                 taken_when_cancelled = True  # stay parked until its attempt ends
                 return trio.lowlevel.Abort.FAILED

@@ -163,12 +163,16 @@ class Supervisor:
         actor.created = header_json is not None
         actor.state = ActorState.RUNNING
         actor.last_used = trio.current_time()
+        self.writer.watch(actor)  # its waiters are woken if the writer stops
         actor.started.set()
         try:
             await self._live(actor)
         finally:
             with trio.CancelScope(shield=True):
-                await self._drain(actor)
+                try:
+                    await self._drain(actor)
+                finally:
+                    self.writer.unwatch(actor)
 
     async def _live(self, actor: SessionActor) -> None:
         while True:

@@ -116,11 +116,12 @@ class GroupCommitWriter:
         return self._unsynced or self._sync_requested
 
     def watch(self, actor: SessionActor) -> None:
-        """Note that someone waits in ``actor.wait_progress`` (woken if the writer stops)."""
+        """Note a live actor: if the writer stops, it wakes the tasks parked on it (they
+        would wait for a commit that never comes)."""
         self._watched.add(actor)
 
     def unwatch(self, actor: SessionActor) -> None:
-        """Undo :meth:`watch` (the actor's waiters were woken)."""
+        """Undo :meth:`watch` (the actor stopped)."""
         self._watched.discard(actor)
 
     def notify_progress(self) -> None:

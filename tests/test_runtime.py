@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pathlib
+from collections.abc import Sequence
 from contextlib import AsyncExitStack
 
 import pytest
@@ -30,7 +31,7 @@ from runtime import (
     StoreIOError,
     open_runtime,
 )
-from stores import prepare_events
+from stores import BatchResult, WriteOp, prepare_events
 from stores.sqlite import CHECKPOINT_FALLBACK_PAGES
 
 
@@ -618,3 +619,36 @@ async def test_close_errors_never_mask_the_body_error() -> None:
     with pytest.raises(StoreIOError, match="close failed"):
         async with open_runtime(_BadCloseStore()):
             pass
+
+
+async def test_waiters_are_woken_when_the_writer_dies() -> None:
+    """If the group-commit writer dies (here: a store bug), a task outside the runtime that
+    awaits an append is woken with ClosedError instead of waiting forever."""
+
+    class BrokenStore(MemoryStore):
+        broken = False
+
+        def write_batch(self, ops: Sequence[WriteOp], *, sync: bool = False) -> list[BatchResult]:
+            if self.broken:
+                raise RuntimeError("a bug in the store")
+            return super().write_batch(ops, sync=sync)
+
+    store = BrokenStore()
+    seen: list[BaseException] = []
+
+    async def waiter(w: SessionWriter) -> None:
+        try:
+            await w.append([NewEvent("k", 2)])
+        except ClosedError as exc:
+            seen.append(exc)
+
+    with trio.fail_after(10):
+        async with trio.open_nursery() as outside:
+            with pytest.raises(RuntimeError, match="a bug in the store"):
+                async with open_runtime(store) as rt, rt.open_session("s") as w:
+                    assert isinstance(w, SessionWriter)
+                    await w.append([NewEvent("k", 1)])
+                    store.broken = True
+                    outside.start_soon(waiter, w)
+                    await trio.sleep_forever()  # the writer's death cancels this
+    assert len(seen) == 1
