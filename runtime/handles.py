@@ -111,7 +111,10 @@ class SessionWriter:
 
     async def truncate(self, to_seq: int) -> int:
         """Remove events after ``to_seq`` (queued ones included); return how many were
-        committed-removed. Snapshots covering them expire. Cancellation as :meth:`append`.
+        committed-removed. Snapshots covering them expire. Like every write it is ordered
+        after the writes accepted before it: it returns once they are committed, also when
+        it removes nothing. Cancellation as :meth:`append` (a truncate that removes nothing
+        only waits, and cancelling that wait changes nothing).
 
         Raises: :class:`InvalidArgumentError` (negative or non-int), commit errors as
         :meth:`append`.
@@ -122,7 +125,10 @@ class SessionWriter:
         failures = actor.failures
         write = actor.enqueue_truncate(to_seq)
         if write is None:
-            await trio.lowlevel.cancel_shielded_checkpoint()
+            if actor.pending:
+                await actor.wait_committed(actor.assigned, failures)
+            else:
+                await trio.lowlevel.cancel_shielded_checkpoint()
             return 0
         await actor.wait_write(write, failures)
         return write.result or 0

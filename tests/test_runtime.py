@@ -652,3 +652,19 @@ async def test_waiters_are_woken_when_the_writer_dies() -> None:
                     outside.start_soon(waiter, w)
                     await trio.sleep_forever()  # the writer's death cancels this
     assert len(seen) == 1
+
+
+@pytest.mark.parametrize("to_seq", [2, 5])
+async def test_truncate_removing_nothing_still_waits_for_earlier_writes(to_seq: int) -> None:
+    """A truncate that removes nothing returns, like any other, only once the writes
+    accepted before it are committed (here they would wait a long batching window)."""
+    async with (
+        open_runtime(MemoryStore(), batch_window=3600.0) as rt,
+        rt.open_session("s") as w,
+    ):
+        assert isinstance(w, SessionWriter)
+        assert w.append_nowait([NewEvent("k", 1), NewEvent("k", 2)]) == (1, 2)
+        with trio.fail_after(60):
+            assert await w.truncate(to_seq) == 0
+        assert w.committed_head == 2
+        assert (await rt.stat("s")).head == 2  # type: ignore[union-attr]
