@@ -513,6 +513,7 @@ async def open_runtime(
         if owns_store:
             with trio.CancelScope(shield=True):
                 await write_lane.aclose()
+        write_lane.stop()  # the caller's store stays open
         raise
     read_lane = StoreLane(read_store, name="reader")
     hub = ChangeHub(read_lane, poll_interval=poll_interval)
@@ -558,6 +559,7 @@ async def open_runtime(
                         await close()
                     except TidelogError as exc:  # never mask the body's own error
                         close_errors.append(exc)
+                write_lane.stop()  # the caller's store stays open
         errors = supervisor.drain_errors + close_errors
         if errors and not body_failed:
             raise errors[0]
