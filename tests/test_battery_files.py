@@ -180,15 +180,18 @@ def _damage_text(path: Path, needle: bytes, replacement: bytes) -> None:
 async def test_damaged_event_text_is_store_corrupt(
     tmp_path: Path, needle: bytes, replacement: bytes
 ) -> None:
-    """Damaged JSON text of an event (intact pages) makes reads raise StoreCorruptError."""
+    """Damaged JSON text of an event (intact pages) makes reads raise StoreCorruptError,
+    whole or windowed (a window up to PACKED_READ_MAX events is fetched packed)."""
     path = tmp_path / "text.db"
     populate(path)
     _damage_text(path, needle, replacement)
     store = SqliteStore(path, integrity_check_on_open=True)
     try:
-        with pytest.raises(StoreCorruptError):
-            store.read("session-0")
+        for window in ({}, {"limit": 200}, {"limit": 200, "from_end": True}):
+            with pytest.raises(StoreCorruptError):
+                store.read("session-0", **window)  # type: ignore[arg-type]
         assert len(store.read("session-1")) == 115
+        assert len(store.read("session-1", limit=200)) == 115
     finally:
         store.close()
     with trio.fail_after(20):

@@ -14,6 +14,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import apsw
 import pytest
@@ -34,6 +35,7 @@ from stores import (
     TidelogError,
     UnsupportedFormatError,
     prepare_events,
+    sqlite_ops,
     sqlite_schema,
 )
 
@@ -457,6 +459,44 @@ def test_write_batch_fencing_fails_alone(open_store: Callable[..., SqliteStore])
     assert isinstance(results[2], OwnershipLostError) and results[2].session_id == "c"
     assert (store.head("a"), store.head("b"), store.head("c")) == (1, 0, 0)
     assert store.stat("b") is None and store.stat("c") is None
+
+
+@pytest.mark.parametrize("from_end", [False, True])
+def test_packed_windows_read_back_exactly(
+    open_store: Callable[..., SqliteStore], from_end: bool
+) -> None:
+    """A bounded read window (fetched packed, in one step) returns exactly what the
+    row-by-row path returns: same events, same ts to the bit, same types."""
+    store = open_store()
+    payloads: list[Any] = [
+        {"a": 1, "b": [1.5, -0.0, 1e300, 5e-324, 2**63, -(2**70)]},
+        'quote " backslash \\ tab \t nul \x00 e\u0301 \U0001f600',
+        [None, True, False, 0, {}],
+        {"nested": {"deep": [[["x"]]]}, "": ""},
+        12345678901234567890,
+        0.1,
+    ]
+    store.append(
+        "s",
+        [
+            NewEvent(kind, data, run_id=run)
+            for data, kind, run in zip(
+                payloads * 3,
+                ["msg", "kind with spaces ü", "k"] * 6,
+                [None, "run-1", "r\u00e9"] * 6,
+                strict=False,
+            )
+        ],
+    )
+    full = store.read("s")
+    assert len(full) == 18
+    for limit in (0, 1, 5, 18, sqlite_ops.PACKED_READ_MAX):
+        for since in (0, 3):
+            got = store.read("s", since_seq=since, until_seq=16, limit=limit, from_end=from_end)
+            window = [e for e in full if since < e.seq <= 16]
+            want = (window[-limit:] if limit else []) if from_end else window[:limit]
+            assert [repr(e) for e in got] == [repr(e) for e in want], (limit, since)
+            assert [e.ts.hex() for e in got] == [e.ts.hex() for e in want]
 
 
 def _warm(store: SqliteStore, session_id: str, owner: str | None = None) -> int:
