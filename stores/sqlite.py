@@ -35,7 +35,6 @@ from .errors import (
     InvalidArgumentError,
     OwnershipLostError,
     SessionExistsError,
-    SessionNotFoundError,
     SessionOwnedError,
     SnapshotExpiredError,
     TidelogError,
@@ -50,13 +49,13 @@ from .records import (
     check_seq,
     decode_json,
     decode_json_object,
-    encode_json,
     events_from_rows,
     prepare_events,
     validate_header,
     validate_session_id,
 )
 from .sqlite_lineage import find_run as lineage_find_run
+from .sqlite_lineage import fork_session
 from .sqlite_schema import Synchronous, check_integrity, map_errors, open_connection
 
 __all__ = ["CHECKPOINT_FALLBACK_PAGES", "Checkpoints", "SqliteStore"]
@@ -327,45 +326,7 @@ class SqliteStore:
         check_seq(at_seq, "at_seq", allow_none=True)
         extra = decode_json_object(validate_header(header))
         with self._write("fork") as conn:
-            if conn.execute("SELECT 1 FROM sessions WHERE id=?", (new_id,)).fetchone():
-                raise SessionExistsError(new_id)
-            row = conn.execute(
-                "SELECT sid, head, header, base_sid, base_seq FROM sessions WHERE id=?",
-                (source_id,),
-            ).fetchone()
-            if row is None:
-                raise SessionNotFoundError(source_id)
-            sid, head, header_json, base_sid, base_seq = row
-            at = head if at_seq is None else at_seq
-            if at > head:
-                raise InvalidArgumentError(
-                    f"at_seq {at} is past the head {head} of session {source_id!r}"
-                )
-            while base_sid is not None and at <= base_seq:  # point at the events' owner
-                sid = base_sid
-                base_sid, base_seq = sqlops.one(
-                    conn, "SELECT base_sid, base_seq FROM sessions WHERE sid=?", (sid,)
-                )
-            merged = decode_json_object(header_json)
-            merged.update(extra)
-            merged.update({"forked_from": source_id, "fork_seq": at})
-            now = time.time()
-            conn.execute(
-                "INSERT INTO sessions(id, head, created_at, updated_at, header, parent_id, "
-                "parent_seq, base_sid, base_seq) VALUES (?,?,?,?,?,?,?,?,?)",
-                (
-                    new_id,
-                    at,
-                    now,
-                    now,
-                    encode_json(merged),
-                    source_id,
-                    at,
-                    sid if at > 0 else None,
-                    at,
-                ),
-            )
-            return SessionInfo(new_id, at, now, now, merged, (source_id, at))
+            return fork_session(conn, source_id, new_id, at_seq, extra, time.time())
 
     def truncate(self, session_id: str, to_seq: int) -> int:
         """See :meth:`Store.truncate`."""

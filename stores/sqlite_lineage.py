@@ -17,7 +17,10 @@ from typing import Any
 
 import apsw
 
-__all__ = ["find_run", "pieces", "protect_children", "read_rows"]
+from .errors import InvalidArgumentError, SessionExistsError, SessionNotFoundError
+from .records import JSON, SessionInfo, decode_json_object, encode_json
+
+__all__ = ["find_run", "fork_session", "pieces", "protect_children", "read_rows"]
 
 _COLUMNS = "seq, ts, kind, data, run_id"
 Row = tuple[Any, ...]
@@ -28,6 +31,48 @@ def _one(conn: apsw.Connection, sql: str, args: tuple[Any, ...]) -> tuple[Any, .
     row = conn.execute(sql, args).fetchone()
     assert row is not None, sql
     return tuple(row)
+
+
+def fork_session(
+    conn: apsw.Connection,
+    source_id: str,
+    new_id: str,
+    at_seq: int | None,
+    header: dict[str, JSON],
+    now: float,
+) -> SessionInfo:
+    """Create ``new_id`` as a fork of ``source_id`` at ``at_seq`` (its head if None): one
+    session row whose base is the session that stores the events at the fork point. The
+    child's header is the source's, updated with ``header``, ``forked_from`` and
+    ``fork_seq``. Runs in the caller's write transaction; arguments are validated.
+
+    Raises :class:`SessionExistsError`, :class:`SessionNotFoundError`, or
+    :class:`InvalidArgumentError` for an ``at_seq`` past the source's head."""
+    if conn.execute("SELECT 1 FROM sessions WHERE id=?", (new_id,)).fetchone():
+        raise SessionExistsError(new_id)
+    row = conn.execute(
+        "SELECT sid, head, header, base_sid, base_seq FROM sessions WHERE id=?", (source_id,)
+    ).fetchone()
+    if row is None:
+        raise SessionNotFoundError(source_id)
+    sid, head, header_json, base_sid, base_seq = row
+    at = head if at_seq is None else at_seq
+    if at > head:
+        raise InvalidArgumentError(f"at_seq {at} is past the head {head} of session {source_id!r}")
+    while base_sid is not None and at <= base_seq:  # point at the events' owner
+        sid = base_sid
+        base_sid, base_seq = _one(
+            conn, "SELECT base_sid, base_seq FROM sessions WHERE sid=?", (sid,)
+        )
+    merged = decode_json_object(header_json)
+    merged.update(header)
+    merged.update({"forked_from": source_id, "fork_seq": at})
+    conn.execute(
+        "INSERT INTO sessions(id, head, created_at, updated_at, header, parent_id, "
+        "parent_seq, base_sid, base_seq) VALUES (?,?,?,?,?,?,?,?,?)",
+        (new_id, at, now, now, encode_json(merged), source_id, at, sid if at > 0 else None, at),
+    )
+    return SessionInfo(new_id, at, now, now, merged, (source_id, at))
 
 
 def pieces(
