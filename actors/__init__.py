@@ -1,22 +1,26 @@
 """tidelog's trio actors: store lanes, the group-commit writer, session actors, the
-supervisor and change notification. Knows stores/, nothing of agents or the runtime API."""
+supervisor, change notification and the WAL checkpointer. Knows stores/, nothing of the
+runtime API above it or of agents."""
 
 from .changes import ChangeHub
-from .checkpointer import Checkpointer
 from .lane import StoreLane
-from .session import ActorState, GroupWrite, PendingWrite, SessionActor
-from .supervisor import Supervisor
+from .session import ActorState, GroupWrite, PendingWrite, SessionActor, WriteKind
+from .supervisor import DRAIN_ATTEMPTS, CreateMode, Supervisor
+from .wal_checkpointer import WalCheckpointer
 from .writer import GroupCommitWriter, WriterStatistics
 
 __all__ = [
+    "DRAIN_ATTEMPTS",
     "ActorState",
     "ChangeHub",
-    "Checkpointer",
+    "CreateMode",
     "GroupCommitWriter",
     "GroupWrite",
     "PendingWrite",
     "SessionActor",
     "StoreLane",
     "Supervisor",
+    "WalCheckpointer",
+    "WriteKind",
     "WriterStatistics",
 ]

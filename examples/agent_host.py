@@ -15,7 +15,8 @@ from pathlib import Path
 
 import trio
 
-from runtime import (
+from runtime import open_runtime
+from runtime.agents import (
     Agent,
     AssistantMessage,
     CheckpointOptions,
@@ -27,8 +28,9 @@ from runtime import (
     ToolCall,
     ToolResult,
     UserMessage,
+    checkpoints,
     function_tool,
-    open_runtime,
+    history,
 )
 
 NOTES: dict[str, str] = {}
@@ -81,12 +83,12 @@ async def main(db_path: str) -> None:
             "Summarise today's standup: we ship 2.4.1 today.",
             runtime=rt,
             session_id="team-chat",
-            checkpoint=CheckpointOptions(rt.checkpoints, "standup-1"),
+            checkpoint=CheckpointOptions(checkpoints(rt), "standup-1"),
         )
         print(f"output: {result.output}")
         print(f"usage: {result.usage.requests} model requests; notes: {NOTES}; sent: {SENT}")
         print("history of 'team-chat':")
-        for entry in await rt.history.load("team-chat"):
+        for entry in await history(rt).load("team-chat"):
             print(f"  {describe(entry)}")
 
 

@@ -41,7 +41,7 @@ async def main(db_path: str) -> None:
         async with trio.open_nursery() as nursery:
             for i in range(2, 12):
                 nursery.start_soon(chatter, i)
-        stats = rt.statistics()
+        stats = rt.statistics().writer
         print(
             f"group commit: {stats.events_committed} events in {stats.batches_committed} "
             f"batches (mean {stats.mean_batch_size:.1f} per transaction)"

@@ -1,20 +1,25 @@
-"""tidelog's public runtime: open_runtime(), session handles, snapshots and tails."""
+"""tidelog's session runtime: ``open_runtime()``, session handles, snapshots, tails,
+projections and forks.
 
+Every session is an append-only event log written by one actor; reads run on their own
+connection and never block the writer. The agent layer (``runtime.agents``) and the
+command line (``runtime.cli``) are clients of this public API.
+"""
+
+from actors import WriterStatistics
 from stores import (
     JSON,
-    AgentNotFoundError,
+    BrokenError,
     ClosedError,
+    CommitPendingError,
     ConflictError,
-    ForkPointError,
     InvalidArgumentError,
     InvalidEventError,
     InvalidSessionIdError,
-    MaxTurnsExceededError,
     MemoryStore,
     NewEvent,
     OwnershipLostError,
-    RunExistsError,
-    RunNotFoundError,
+    ReadOnlyError,
     SessionExistsError,
     SessionInfo,
     SessionNotFoundError,
@@ -29,123 +34,39 @@ from stores import (
     StoreIOError,
     TidelogError,
     UnsupportedFormatError,
+    UnwrittenError,
 )
 
-from .agent import (
-    Agent,
-    FunctionTool,
-    Model,
-    ModelRequest,
-    ModelResponse,
-    RequestedCall,
-    RunContext,
-    ScriptedModel,
-    Usage,
-    function_tool,
-)
-from .checkpoints import (
-    Checkpointer,
-    CheckpointOptions,
-    MemoryCheckpointer,
-    RunHead,
-    RunInfo,
-    RunSnapshot,
-    RuntimeCheckpointer,
-    begin_run,
-)
-from .completion import complete_run
-from .handles import SessionReader, SessionWriter
-from .history import History, MemoryHistory, RuntimeHistory, Segment
-from .projections import (
-    ConversationProjection,
-    Projection,
-    StatsProjection,
-    TurnsProjection,
-)
-from .runner import (
-    TOOL_OUTCOME_UNKNOWN,
-    Handoff,
-    ModelTurn,
-    RunCompleted,
-    RunEvent,
-    RunFailed,
-    Runner,
-    RunResult,
-    RunStarted,
-    ToolFinished,
-    ToolStarted,
-)
-from .runtime import Runtime, RuntimeStatistics, open_runtime
-from .snapshot import Snapshot
-from .tail import Tail
-from .transcript import (
-    AssistantMessage,
-    Entry,
-    SidecarEntry,
-    ToolCall,
-    ToolResult,
-    UserMessage,
-    drop_dangling_tool_calls,
-    pending_tool_calls,
-)
-from .views import Watch
+from ._folding import Watch
+from ._handles import SessionReader, SessionWriter
+from ._projections import Projection, StatsProjection
+from ._runtime import INTERNAL_PREFIX, Runtime, RuntimeStatistics, open_runtime
+from ._snapshot import Snapshot
+from ._tail import Tail
 
 __all__ = [
+    "INTERNAL_PREFIX",
     "JSON",
-    "TOOL_OUTCOME_UNKNOWN",
-    "Agent",
-    "AgentNotFoundError",
-    "AssistantMessage",
-    "CheckpointOptions",
-    "Checkpointer",
+    "BrokenError",
     "ClosedError",
+    "CommitPendingError",
     "ConflictError",
-    "ConversationProjection",
-    "Entry",
-    "ForkPointError",
-    "FunctionTool",
-    "Handoff",
-    "History",
     "InvalidArgumentError",
     "InvalidEventError",
     "InvalidSessionIdError",
-    "MaxTurnsExceededError",
-    "MemoryCheckpointer",
-    "MemoryHistory",
     "MemoryStore",
-    "Model",
-    "ModelRequest",
-    "ModelResponse",
-    "ModelTurn",
     "NewEvent",
     "OwnershipLostError",
     "Projection",
-    "RequestedCall",
-    "RunCompleted",
-    "RunContext",
-    "RunEvent",
-    "RunExistsError",
-    "RunFailed",
-    "RunHead",
-    "RunInfo",
-    "RunNotFoundError",
-    "RunResult",
-    "RunSnapshot",
-    "RunStarted",
-    "Runner",
+    "ReadOnlyError",
     "Runtime",
-    "RuntimeCheckpointer",
-    "RuntimeHistory",
     "RuntimeStatistics",
-    "ScriptedModel",
-    "Segment",
     "SessionExistsError",
     "SessionInfo",
     "SessionNotFoundError",
     "SessionOwnedError",
     "SessionReader",
     "SessionWriter",
-    "SidecarEntry",
     "Snapshot",
     "SnapshotExpiredError",
     "SqliteStore",
@@ -158,19 +79,16 @@ __all__ = [
     "StoredEvent",
     "Tail",
     "TidelogError",
-    "ToolCall",
-    "ToolFinished",
-    "ToolResult",
-    "ToolStarted",
-    "TurnsProjection",
     "UnsupportedFormatError",
-    "Usage",
-    "UserMessage",
+    "UnwrittenError",
     "Watch",
-    "begin_run",
-    "complete_run",
-    "drop_dangling_tool_calls",
-    "function_tool",
+    "WriterStatistics",
     "open_runtime",
-    "pending_tool_calls",
 ]
+
+# Public names report their public home (``runtime.Runtime``, not ``runtime._runtime``).
+for _name in __all__:
+    _obj = globals()[_name]
+    if getattr(_obj, "__module__", "").startswith(__name__ + "._"):
+        _obj.__module__ = __name__
+del _name, _obj

@@ -243,8 +243,8 @@ async def _tidelog_main(path: Path, synchronous: Level, sessions: int, appends: 
     return _Run(
         elapsed,
         sessions * appends,
-        after.batches_committed - before.batches_committed,
-        after.events_committed - before.events_committed,
+        after.writer.batches_committed - before.writer.batches_committed,
+        after.writer.events_committed - before.writer.events_committed,
         probe.samples,
     )
 

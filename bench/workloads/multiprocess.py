@@ -69,7 +69,7 @@ async def _tidelog_child(path: str, prefix: str, sessions: int, appends: int) ->
             append_all = functools.partial(tidelog_client, rt, gate, appends=appends)
             ids = [f"{prefix}-r{r}-session-{i}" for i in range(sessions)]
             out[f"start_{r}"], out[f"end_{r}"] = await _clients(gate, ids, append_all)
-        out["batches"] = float(rt.statistics().batches_committed)
+        out["batches"] = float(rt.statistics().writer.batches_committed)
     return out
 
 

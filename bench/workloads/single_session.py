@@ -149,8 +149,8 @@ async def _tidelog(path: Path, synchronous: Level, n: int, nowait: bool) -> Metr
         after = rt.statistics()
         assert w.committed_head == n
     metrics = _rate(n, elapsed)
-    metrics["batches"] = float(after.batches_committed - before.batches_committed)
-    metrics["fsyncs"] = float(after.fsyncs - before.fsyncs)
+    metrics["batches"] = float(after.writer.batches_committed - before.writer.batches_committed)
+    metrics["fsyncs"] = float(after.writer.fsyncs - before.writer.fsyncs)
     return metrics
 
 

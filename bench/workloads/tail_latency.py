@@ -93,7 +93,7 @@ async def _tidelog_inproc(path: Path, n: int) -> Metrics:
             await trio.sleep(0.01)
             for _ in range(n):
                 arrivals.arrived = trio.Event()
-                arrivals.sent[w.head() + 1] = clock()
+                arrivals.sent[await w.head() + 1] = clock()
                 await w.append([NewEvent("message", PAYLOAD)])
                 await arrivals.arrived.wait()
                 await trio.sleep(PAUSE)

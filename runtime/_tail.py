@@ -1,0 +1,75 @@
+"""Tail: a live, ordered iterator over a session's committed events."""
+
+from __future__ import annotations
+
+from collections import deque
+from typing import TYPE_CHECKING
+
+from stores import Pin, Store, StoredEvent
+
+if TYPE_CHECKING:
+    from ._runtime import Runtime
+
+__all__ = ["Tail"]
+
+#: Events read per page: a slow tailer holds at most one page in memory.
+PAGE_SIZE = 256
+
+
+def _tail_page(
+    store: Store, session_id: str, cursor: int, pin: Pin | None, limit: int
+) -> tuple[list[StoredEvent], Pin | None]:
+    """In the reader lane: the next page after ``cursor`` and a pin proving it consistent
+    (no page and no pin while the session does not exist yet).
+
+    The page is read first, then ``refresh_pin`` checks atomically that nothing at or
+    below the page's end was truncated since the previous pin -- so a truncate (with or
+    without re-appends) below the tail's position is always detected, never yielded.
+    """
+    if pin is None:
+        pin = store.pin(session_id)
+        if pin is None:
+            return [], None
+    page = store.read(session_id, since_seq=cursor, limit=limit)
+    end = page[-1].seq if page else cursor
+    fresh = store.refresh_pin(Pin(session_id, end, pin.incarnation, pin.epoch))
+    return page, fresh
+
+
+class Tail:
+    """``async for event in rt.tail(id, since_seq=0)``: committed events in seq order,
+    no gaps, no duplicates, then new ones as they are committed -- by this process (woken
+    at once) or by another (found by polling ``PRAGMA data_version``).
+
+    A tail of a session that does not exist yet waits for it to be created (subscribers
+    usually start before producers).
+
+    Raises (from the iteration): :class:`SnapshotExpiredError` if the session is deleted
+    or truncated below the tail's position; :class:`ClosedError` when the runtime closes.
+    Cancel it (or break out of the loop) to stop.
+    """
+
+    def __init__(self, runtime: Runtime, session_id: str, since_seq: int) -> None:
+        self._runtime = runtime
+        self.session_id = session_id
+        self.cursor = since_seq
+        self._pin: Pin | None = None
+        self._buffer: deque[StoredEvent] = deque()
+
+    def __aiter__(self) -> Tail:
+        return self
+
+    async def __anext__(self) -> StoredEvent:
+        rt = self._runtime
+        while not self._buffer:
+            rt._check_open()
+            changed = rt._hub.watch(self.session_id)
+            page, self._pin = await rt._read_lane.run(
+                _tail_page, rt._read_lane.store, self.session_id, self.cursor, self._pin, PAGE_SIZE
+            )
+            if page:
+                self._buffer.extend(page)
+                self.cursor = page[-1].seq
+                break
+            await rt._hub.wait(changed)
+        return self._buffer.popleft()

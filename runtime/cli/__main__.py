@@ -1,0 +1,8 @@
+"""``python -m runtime.cli``: the ``tidelog`` command (see :mod:`runtime.cli`)."""
+
+from __future__ import annotations
+
+from . import main
+
+if __name__ == "__main__":
+    raise SystemExit(main())
