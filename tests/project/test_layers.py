@@ -69,18 +69,18 @@ def test_runtime_never_imports_its_clients() -> None:
     )
 
 
+def _is_private_runtime(name: str) -> bool:
+    parts = name.split(".")
+    if parts[0] == "actors":
+        return True
+    return parts[0] == "runtime" and len(parts) > 1 and parts[1].startswith("_")
+
+
 def _private_runtime_imports(package: str) -> list[str]:
     out = []
     for path in _files(package):
         rel = path.relative_to(ROOT).as_posix()
-        for name in _imports(path):
-            parts = name.split(".")
-            if (
-                name == "actors"
-                or name.startswith("actors.")
-                or (parts[0] == "runtime" and len(parts) > 1 and parts[1].startswith("_"))
-            ):
-                out.append(f"{rel} imports {name}")
+        out += [f"{rel} imports {name}" for name in _imports(path) if _is_private_runtime(name)]
     return out
 
 
