@@ -1,23 +1,28 @@
 """SessionActor: the single owner of one session's write side in this process.
 
-The actor holds the session's lease, assigns sequence numbers, keeps the queue of accepted
-but not yet committed writes in order, and answers "is my write committed / durable yet?".
-Commits themselves are done by the store-wide :class:`~actors.writer.GroupCommitWriter`,
-which takes one op per actor per batch, so the actor's writes are serialised and applied in
-order while many actors share one transaction.
+The actor assigns sequence numbers, keeps the queue of accepted but not yet committed
+writes in order, and tells each waiter what became of *its* write. Commits themselves are
+done by the store-wide :class:`~actors.writer.GroupCommitWriter`, which takes one op per
+actor per batch, so the actor's writes are serialised and applied in order while many
+actors share one transaction. Its lifetime (start, lease, eviction) is the supervisor's.
 
 All methods run on the trio thread; state changes are plain attribute updates between
 checkpoints, so the actor needs no lock.
 
-Failure model:
+The write contract (``docs/durability.md`` has it as a table):
 
-* A transient store failure (busy, I/O, disk full) leaves the queue intact; the writer
-  retries it with backoff. Every waiter whose write was not committed gets the error; if no
-  waiter saw it, the next ``append``/``flush`` raises it once. When the store recovers each
-  queued event lands exactly once (ops carry ``expected_head``; an op that landed although
-  its commit reported an error is recognised by the head it left).
-* A lost lease, a foreign write under our feet, or the session being deleted is *fatal*:
-  the queue is dropped (fenced writes are never written) and every later call raises.
+* A call either **refuses** its write (nothing accepted: a bad argument, a stale
+  ``expected_head``, a closed or broken actor -- resending is safe) or **accepts** it
+  (seqs assigned, queued in order). An accepted write is never dropped silently.
+* A commit attempt that fails as a whole (busy, I/O, disk full) leaves every accepted
+  write queued; the writer retries with backoff, and the retried op is marked ``retry``
+  so that a commit that landed although it reported an error is recognised: each event
+  lands exactly once. A caller waiting on a write covered by a failed attempt gets
+  :class:`~stores.CommitPendingError` (accepted -- do not resend).
+* A write that will never be written -- the lease was taken over, a permanent failure,
+  a drain that gave up -- is *dropped*: every waiter on it gets
+  :class:`~stores.UnwrittenError` (or its subclass :class:`~stores.OwnershipLostError`)
+  naming the seq range and carrying the events.
 """
 
 from __future__ import annotations
@@ -26,33 +31,44 @@ import contextlib
 import enum
 from collections import deque
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Literal, TypeAlias
 
 import attrs
 import trio
+from trio_util import AsyncValue
 
 from stores import (
     AppendOp,
     BatchResult,
+    BrokenError,
     ClosedError,
+    CommitPendingError,
     ConflictError,
     DeleteOp,
     InvalidArgumentError,
+    OwnershipLostError,
     PreparedEvent,
     ReplaceOp,
+    SessionNotFoundError,
     StoreError,
     TidelogError,
     TruncateOp,
+    UnwrittenError,
     WriteOp,
 )
 
 if TYPE_CHECKING:
     from .writer import GroupCommitWriter
 
-__all__ = ["ActorState", "GroupWrite", "PendingWrite", "SessionActor"]
+__all__ = ["ActorState", "GroupWrite", "PendingWrite", "SessionActor", "WriteKind"]
 
 _BACKOFF_MIN = 0.05
 _BACKOFF_MAX = 2.0
+#: Appends queued behind each other are merged into one op up to about this many bytes
+#: of event data (one op is one statement's worth of data for the store).
+MERGE_BYTES = 32 * 1024 * 1024
+
+WriteKind: TypeAlias = Literal["append", "truncate", "replace", "delete", "group"]
 
 
 class ActorState(enum.Enum):
@@ -64,24 +80,40 @@ class ActorState(enum.Enum):
 
 @attrs.define(eq=False)
 class PendingWrite:
-    """One accepted write waiting for its commit: an append (seqs ``first..last``), a
-    truncate to ``to_seq``, a replace of everything after ``to_seq`` by ``events``, a
-    delete, or this session's part of an all-or-nothing :class:`GroupWrite`."""
+    """One accepted write and its outcome: an append (seqs ``first..last``), a truncate
+    to ``to_seq``, a replace of everything after ``to_seq`` by ``events`` (seqs
+    ``first..last``), a delete, or this session's part of a :class:`GroupWrite`.
 
-    kind: str
+    Outcome: ``done`` (committed; ``result`` is the store's), ``dropped`` (never written:
+    the error its waiters get), or still queued -- ``failed_attempts`` counts the commit
+    attempts covering it that failed, ``error`` is the last one's."""
+
+    kind: WriteKind
     prev: int
-    first: int = 0
+    first: int = 1
     last: int = 0
     events: tuple[PreparedEvent, ...] = ()
     to_seq: int = 0
+    group: GroupWrite | None = None
     result: int | None = None
     done: bool = False
-    group: GroupWrite | None = None
+    dropped: TidelogError | None = None
+    failed_attempts: int = 0
+    error: TidelogError | None = None
+
+    @property
+    def head_after(self) -> int:
+        """The session's head once this write is committed."""
+        if self.kind == "truncate":
+            return self.to_seq
+        if self.kind == "delete":
+            return 0
+        return self.last
 
 
 @attrs.define(eq=False)
 class GroupWrite:
-    """Appends to several sessions that commit together or not at all (one GroupOp).
+    """Writes to several sessions that commit together or not at all (one GroupOp).
 
     Each member actor holds its part as a ``"group"`` :class:`PendingWrite`; the writer
     takes the group when it is at the front of every member's queue."""
@@ -89,228 +121,200 @@ class GroupWrite:
     members: list[tuple[SessionActor, PendingWrite]] = attrs.Factory(list)
 
     @classmethod
-    def enqueue(cls, parts: Sequence[tuple[SessionActor, Sequence[PreparedEvent]]]) -> GroupWrite:
-        """Accept appends to several sessions as one unit (all actors must be distinct)."""
-        if len({id(actor) for actor, _ in parts}) != len(parts):
-            raise ValueError("a group write names one session twice")
-        for actor, _ in parts:
+    def enqueue(
+        cls, parts: Sequence[tuple[SessionActor, Sequence[PreparedEvent], int | None]]
+    ) -> GroupWrite:
+        """Accept appends to several sessions as one unit (``(actor, events,
+        expected_head)`` each; all actors distinct). All or nothing: if any part is
+        refused, nothing is accepted.
+
+        Raises: :class:`~stores.InvalidArgumentError` (a session named twice, no parts),
+        :class:`~stores.ConflictError`, and the refusals of :meth:`SessionActor.append_nowait`.
+        """
+        if not parts:
+            raise InvalidArgumentError("an atomic append needs at least one session")
+        if len({id(actor) for actor, _, _ in parts}) != len(parts):
+            raise InvalidArgumentError("an atomic append names one session twice")
+        for actor, _, expected_head in parts:
             actor.check_writable()
+            if expected_head is not None and expected_head != actor.accepted_head:
+                raise ConflictError(actor.session_id, expected_head, actor.accepted_head)
         group = cls()
-        for actor, events in parts:
-            write = PendingWrite(
-                "group",
-                actor.assigned,
-                actor.assigned + 1,
-                actor.assigned + len(events),
-                tuple(events),
-                group=group,
-            )
-            actor.assigned = write.last
-            actor.pending.append(write)
+        for actor, events, _ in parts:
+            write = actor._accept("group", tuple(events), group=group)
             group.members.append((actor, write))
-        for actor, _ in parts:
+        for actor, _, _ in parts:
             actor.writer.submit(actor, urgent=True)
         return group
 
     def ready(self, now: float) -> bool:
         """True when the group is at the front of every member's queue, none in flight."""
-        return all(actor.ready(now) and actor.pending[0] is write for actor, write in self.members)
+        return all(actor.ready(now) and actor.front is write for actor, write in self.members)
 
-    async def wait_done(self, failures_before: dict[SessionActor, int]) -> None:
-        """Wait for the group's commit (raises as :meth:`SessionActor.wait_done`; the
-        error counts as seen for every member, since they failed as one)."""
-        try:
-            for actor, write in self.members:
-                await actor.wait_done(write, failures_before.get(actor, actor.failures))
-        except TidelogError:
-            for actor, _ in self.members:
-                actor.fault_reported = True
-            raise
+    async def wait(self) -> list[int]:
+        """Wait for the group's commit; return each member's new head. Shield it: a
+        group cannot be withdrawn once accepted.
+
+        Raises :class:`~stores.CommitPendingError` (the group stays queued) or
+        :class:`~stores.UnwrittenError` for the first member that reports it."""
+        for actor, write in self.members:
+            await actor.wait_write(write, 0, withdraw=False)
+        return [write.last for _, write in self.members]
 
 
-@attrs.define(eq=False)
 class SessionActor:
     """Write-side state of one session. Created and run by the supervisor."""
 
-    session_id: str
-    owner: str
-    header_json: str
-    writer: GroupCommitWriter
-    state: ActorState = ActorState.STARTING
-    #: Last seq accepted (assigned), committed, as known to this actor.
-    assigned: int = 0
-    committed: int = 0
-    pending: deque[PendingWrite] = attrs.Factory(deque)
-    in_flight: int = 0
-    fault: TidelogError | None = None
-    fault_reported: bool = True
-    fatal: TidelogError | None = None
-    failures: int = 0
-    retry_at: float = 0.0
-    backoff: float = 0.0
-    #: Attachments: the explicit writer handle (at most one) and internal users.
-    handle_open: bool = False
-    users: int = 0
-    last_used: float = 0.0
-    started: trio.Event = attrs.Factory(trio.Event)
-    stopped: trio.Event = attrs.Factory(trio.Event)
-    wake: trio.Event = attrs.Factory(trio.Event)
-    start_error: BaseException | None = None
-    stop_requested: bool = False
-    created: bool = False
-    #: Tasks parked in :meth:`wait_progress`, woken by :meth:`notify` when a commit
-    #: attempt covering this actor finished or it died: a batch wakes only its waiters.
-    parked: list[trio.lowlevel.Task] = attrs.Factory(list)
+    def __init__(
+        self, session_id: str, owner: str, header_json: str, writer: GroupCommitWriter
+    ) -> None:
+        self.session_id = session_id
+        self.owner = owner
+        self.header_json = header_json
+        self.writer = writer
+        #: The lifecycle, driven by the supervisor; writes are accepted while RUNNING.
+        self.state: AsyncValue[ActorState] = AsyncValue(ActorState.STARTING)
+        #: Last seq accepted (assigned) and committed, as known to this actor.
+        self.accepted_head = 0
+        self.committed_head = 0
+        self._pending: deque[PendingWrite] = deque()
+        self._in_flight = 0
+        self._fatal: TidelogError | None = None
+        self._closing_reason: str | None = None
+        self.retry_at = 0.0
+        self._backoff = 0.0
+        #: Tasks parked in :meth:`_park`, woken by :meth:`_notify` when a commit attempt
+        #: covering this actor finished or it died: a batch wakes only its own waiters.
+        self._parked: list[trio.lowlevel.Task] = []
+        #: Accepted writes this actor dropped, not yet taken by whoever reports them.
+        self._dropped: list[UnwrittenError] = []
 
-    # -- accepting writes --------------------------------------------------------------
+    def __repr__(self) -> str:
+        return f"<SessionActor {self.session_id!r} {self.state.value.value}>"
+
+    # -- what the supervisor and runtime read --------------------------------------------
+
+    @property
+    def pending(self) -> bool:
+        """True while accepted writes wait for their commit."""
+        return bool(self._pending)
+
+    @property
+    def front(self) -> PendingWrite | None:
+        """The oldest uncommitted write."""
+        return self._pending[0] if self._pending else None
+
+    @property
+    def fatal(self) -> TidelogError | None:
+        """Why the actor died (it accepts nothing any more), or None."""
+        return self._fatal
+
+    def queued_events(self) -> int:
+        """Events accepted and not yet committed (statistics)."""
+        return sum(len(w.events) for w in self._pending)
+
+    def start(self, head: int) -> None:
+        """The lease is held and the session's committed head is ``head``: accept writes."""
+        self.accepted_head = self.committed_head = head
+        self.state.value = ActorState.RUNNING
+
+    def stop_accepting(self, reason: str) -> None:
+        """Refuse new writes from now on (``reason`` says why, in the ClosedError);
+        accepted ones are still committed by the drain."""
+        self._closing_reason = reason
+        if self.state.value is ActorState.RUNNING:
+            self.state.value = ActorState.DRAINING
+
+    # -- accepting writes ----------------------------------------------------------------
 
     def check_writable(self) -> None:
-        """Raise the fatal error, or the transient fault nobody has seen yet (once)."""
-        if self.fatal is not None:
-            raise self.fatal
-        if self.state is not ActorState.RUNNING:
-            raise ClosedError(f"session {self.session_id!r}: its actor is shutting down")
-        if self.fault is not None and not self.fault_reported:
-            self.fault_reported = True
-            raise self.fault
+        """Raise the refusal for a new write, if any (see the module doc)."""
+        fatal = self._fatal
+        if fatal is not None:
+            if isinstance(fatal, OwnershipLostError):
+                raise OwnershipLostError(self.session_id)
+            if isinstance(fatal, SessionNotFoundError):
+                raise SessionNotFoundError(self.session_id)
+            raise BrokenError(
+                f"the writer of session {self.session_id!r} broke earlier: {fatal}"
+            ) from fatal
+        if self.state.value is not ActorState.RUNNING:
+            raise ClosedError(
+                f"session {self.session_id!r}: {self._closing_reason or 'its writer is stopping'}"
+            )
 
-    def enqueue_append(
+    def _accept(
+        self,
+        kind: WriteKind,
+        events: tuple[PreparedEvent, ...] = (),
+        *,
+        to_seq: int = 0,
+        group: GroupWrite | None = None,
+    ) -> PendingWrite:
+        """Queue a write behind every earlier one and assign its seqs (checked by the
+        caller)."""
+        prev = self.accepted_head
+        if kind == "truncate":
+            write = PendingWrite(kind, prev, to_seq=to_seq)
+        elif kind == "delete":
+            write = PendingWrite(kind, prev)
+        elif kind == "replace":
+            write = PendingWrite(kind, prev, to_seq + 1, to_seq + len(events), events, to_seq)
+        else:
+            write = PendingWrite(kind, prev, prev + 1, prev + len(events), events, group=group)
+        self.accepted_head = write.head_after
+        self._pending.append(write)
+        return write
+
+    def append_nowait(
         self, events: Sequence[PreparedEvent], expected_head: int | None, *, urgent: bool
     ) -> PendingWrite | None:
         """Accept an append (the caller validated ``events``); ``None`` for an empty batch.
 
         ``expected_head`` is checked against the last *accepted* seq: this actor is the only
         writer, so that is the head every reader will see once the queue is committed.
+
+        Raises (refused, nothing queued): :class:`~stores.ConflictError`,
+        :class:`~stores.ClosedError`, :class:`~stores.BrokenError`,
+        :class:`~stores.OwnershipLostError`, :class:`~stores.SessionNotFoundError`.
         """
         self.check_writable()
-        if expected_head is not None and expected_head != self.assigned:
-            raise ConflictError(self.session_id, expected_head, self.assigned)
+        if expected_head is not None and expected_head != self.accepted_head:
+            raise ConflictError(self.session_id, expected_head, self.accepted_head)
         if not events:
             return None
-        write = PendingWrite(
-            "append", self.assigned, self.assigned + 1, self.assigned + len(events), tuple(events)
-        )
-        self.assigned = write.last
-        self.pending.append(write)
+        write = self._accept("append", tuple(events))
         self.writer.submit(self, urgent=urgent)
         return write
 
-    def enqueue_truncate(self, to_seq: int) -> PendingWrite | None:
-        """Accept a truncate behind every earlier write; ``None`` if it removes nothing."""
-        self.check_writable()
-        if to_seq >= self.assigned:
-            return None
-        write = PendingWrite("truncate", self.assigned, to_seq=to_seq)
-        self.assigned = to_seq
-        self.pending.append(write)
-        self.writer.submit(self, urgent=True)
-        return write
-
-    def enqueue_replace(self, from_seq: int, events: Sequence[PreparedEvent]) -> PendingWrite:
-        """Accept a rewrite of everything after ``from_seq`` (behind earlier writes)."""
-        self.check_writable()
-        if from_seq > self.assigned:
-            raise InvalidArgumentError(
-                f"session {self.session_id!r}: from_seq {from_seq} is past the head {self.assigned}"
-            )
-        write = PendingWrite(
-            "replace",
-            self.assigned,
-            from_seq + 1,
-            from_seq + len(events),
-            tuple(events),
-            to_seq=from_seq,
-        )
-        self.assigned = write.last
-        self.pending.append(write)
-        self.writer.submit(self, urgent=True)
-        return write
-
-    def enqueue_delete(self) -> PendingWrite:
-        """Accept a delete of the whole session behind every earlier write."""
-        self.check_writable()
-        write = PendingWrite("delete", self.assigned)
-        self.assigned = 0
-        self.pending.append(write)
-        self.writer.submit(self, urgent=True)
-        return write
-
-    def withdraw(self, write: PendingWrite) -> bool:
-        """Take back a write that no commit has picked up yet, if nothing was queued after
-        it (later writes hold seqs that depend on it). True if withdrawn."""
-        if write.done or not self.pending or self.pending[-1] is not write:
-            return False
-        if len(self.pending) <= self.in_flight:
-            return False
-        self.pending.pop()
-        self.assigned = write.prev
-        return True
-
-    # -- waiting -----------------------------------------------------------------------
-
-    async def wait_done(self, write: PendingWrite, failures_before: int) -> None:
-        """Wait until ``write`` is committed; raise if a commit attempt covering it failed
-        (the write stays queued unless the error is fatal) or the actor died."""
-        while not write.done:
-            if self.fatal is not None:
-                raise self.fatal
-            if self.failures > failures_before and self.fault is not None:
-                self.fault_reported = True
-                raise self.fault
-            await self.wait_progress()
-
-    async def wait_progress(self) -> None:
-        """Wait until a commit attempt covering this actor's writes finished (successfully
-        or not), the actor died, or the writer stopped. Cancellable.
-
-        Raises :class:`~stores.ClosedError` if the writer is not running."""
-        if not self.writer.running:
-            raise ClosedError("the runtime's writer has stopped")
-        task = trio.lowlevel.current_task()
-        parked = self.parked
-        parked.append(task)
-
-        def abort(_: object) -> trio.lowlevel.Abort:
-            parked.remove(task)  # still parked: notify() would have swapped the list
-            return trio.lowlevel.Abort.SUCCEEDED
-
-        await trio.lowlevel.wait_task_rescheduled(abort)
-
-    def notify(self) -> None:
-        """Wake every task parked in :meth:`wait_progress`."""
-        parked = self.parked
-        if parked:
-            self.parked = []
-            for task in parked:
-                trio.lowlevel.reschedule(task)
-
     async def append(self, events: Sequence[PreparedEvent], expected_head: int | None) -> int:
-        """Accept an awaited append (see :meth:`enqueue_append`) and return the new head
-        once it is committed; an empty batch returns the last accepted seq.
+        """Accept an awaited append and return the new head once it is committed; an
+        empty batch returns the last accepted seq.
 
-        Cancellation: all or nothing, as :meth:`wait_write`, decided the moment the
-        cancel arrives: a write no batch has taken is withdrawn then and there (so a
-        cancel already pending at the call always withdraws it); a taken one is waited
-        for, shielded, before ``Cancelled`` propagates. Raises as :meth:`enqueue_append`
-        and :meth:`wait_done`.
+        Cancellation: all or nothing, decided the moment the cancel arrives: a write no
+        batch has taken is withdrawn then and there (so a cancel already pending at the
+        call always withdraws it); a taken one is waited for, shielded, until its commit
+        attempt ended, then ``Cancelled`` propagates -- committed, or (attempt failed)
+        still accepted and queued: :attr:`accepted_head` says which.
+
+        Raises: the refusals of :meth:`append_nowait`; then as :meth:`wait_write`.
         """
-        failures = self.failures
-        write = self.enqueue_append(events, expected_head, urgent=True)
+        write = self.append_nowait(events, expected_head, urgent=True)
         if write is None:
             await trio.lowlevel.checkpoint()
-            return self.assigned
+            return self.accepted_head
         if self.writer.running:
             # The usual case, without the general wait loop: park once; the batch that
             # commits the write wakes this task (only a failure leaves it not done).
             task = trio.lowlevel.current_task()
-            parked = self.parked
+            parked = self._parked
             parked.append(task)
             taken_when_cancelled = False
 
             def abort(_: object) -> trio.lowlevel.Abort:
                 nonlocal taken_when_cancelled
                 if self.withdraw(write):  # no batch took it: it never happened
-                    parked.remove(task)  # still parked: notify() would have swapped it
+                    parked.remove(task)  # still parked: _notify() would have swapped it
                     return trio.lowlevel.Abort.SUCCEEDED
                 taken_when_cancelled = True  # stay parked until its attempt ends
                 return trio.lowlevel.Abort.FAILED
@@ -318,145 +322,325 @@ class SessionActor:
             await trio.lowlevel.wait_task_rescheduled(abort)
             if taken_when_cancelled:
                 with trio.CancelScope(shield=True), contextlib.suppress(TidelogError):
-                    # A failure leaves it queued for retry (or fenced): the head says which.
-                    await self.wait_done(write, failures)
+                    await self.wait_write(write, 0, withdraw=False, one_attempt=True)
                 await trio.lowlevel.checkpoint()  # raises the Cancelled the abort deferred
             if write.done:
                 return write.last
-        await self.wait_write(write, failures)
+        await self.wait_write(write, 0)
         return write.last
 
-    async def wait_write(self, write: PendingWrite, failures_before: int) -> None:
-        """Wait for ``write``'s commit, all or nothing under cancellation: if cancelled
-        before a batch took it (and nothing was queued behind it) it is withdrawn; else
-        its commit is awaited, shielded, before ``Cancelled`` propagates. Raises as
-        :meth:`wait_done`."""
+    async def truncate(self, to_seq: int) -> int:
+        """Accept a truncate behind every earlier write and wait for it; return how many
+        committed events it removed. One that removes nothing only waits for the writes
+        accepted before it (:meth:`wait_committed`). Cancellation as :meth:`append`.
+
+        Raises: refusals as :meth:`append_nowait`, then as :meth:`wait_write`."""
+        self.check_writable()
+        await trio.lowlevel.checkpoint_if_cancelled()
+        if to_seq >= self.accepted_head:
+            await self.wait_committed()
+            return 0
+        write = self._accept("truncate", to_seq=to_seq)
+        self.writer.submit(self, urgent=True)
+        await self.wait_write(write, 0)
+        return write.result or 0
+
+    async def replace(
+        self, from_seq: int, events: Sequence[PreparedEvent], expected_head: int | None
+    ) -> int:
+        """Accept a rewrite of everything after ``from_seq`` (behind earlier writes) and
+        wait for it; return the new head. Cancellation as :meth:`append`.
+
+        Raises: :class:`~stores.InvalidArgumentError` (``from_seq`` past the accepted
+        head), refusals as :meth:`append_nowait`, then as :meth:`wait_write`."""
+        self.check_writable()
+        if expected_head is not None and expected_head != self.accepted_head:
+            raise ConflictError(self.session_id, expected_head, self.accepted_head)
+        if from_seq > self.accepted_head:
+            raise InvalidArgumentError(
+                f"session {self.session_id!r}: from_seq {from_seq} is past the head "
+                f"{self.accepted_head}"
+            )
+        await trio.lowlevel.checkpoint_if_cancelled()
+        write = self._accept("replace", tuple(events), to_seq=from_seq)
+        self.writer.submit(self, urgent=True)
+        await self.wait_write(write, 0)
+        return write.last
+
+    async def delete(self) -> bool:
+        """Accept a delete of the whole session behind every earlier write and wait for
+        it (shielded: it cannot be withdrawn once accepted); True if it existed. The actor
+        dies with it: later writes raise :class:`~stores.SessionNotFoundError`."""
+        self.check_writable()
+        write = self._accept("delete")
+        self.writer.submit(self, urgent=True)
+        with trio.CancelScope(shield=True):
+            await self.wait_write(write, 0, withdraw=False)
+        return bool(write.result)
+
+    def withdraw(self, write: PendingWrite) -> bool:
+        """Take back a write that no commit attempt has picked up yet, if nothing was
+        queued after it (later writes hold seqs that depend on it). True if withdrawn."""
+        pending = self._pending
+        if write.done or write.dropped or not pending or pending[-1] is not write:
+            return False
+        if len(pending) <= self._in_flight or write.failed_attempts:
+            return False  # taken by a batch, or tried before: its outcome may be "landed"
+        pending.pop()
+        self.accepted_head = write.prev
+        return True
+
+    # -- waiting -------------------------------------------------------------------------
+
+    async def wait_write(
+        self,
+        write: PendingWrite,
+        failures_before: int,
+        *,
+        withdraw: bool = True,
+        one_attempt: bool = False,
+    ) -> None:
+        """Wait until ``write`` is committed.
+
+        Raises :class:`~stores.CommitPendingError` if a commit attempt covering it fails
+        after ``failures_before`` had (it stays queued), :class:`~stores.UnwrittenError`
+        (or :class:`~stores.OwnershipLostError`) if it was dropped, and
+        :class:`~stores.BrokenError` if the writer stopped under it.
+
+        Cancellation (``withdraw``): a write that no attempt took is withdrawn (it never
+        happened); otherwise its current attempt is awaited, shielded, before
+        ``Cancelled`` propagates. Without ``withdraw`` cancellation only stops waiting.
+        ``one_attempt``: return after the first attempt's end, whatever it was.
+        """
         try:
-            await self.wait_done(write, failures_before)
+            while not write.done:
+                if write.dropped is not None:
+                    raise write.dropped
+                if write.failed_attempts > failures_before:
+                    if one_attempt:
+                        return
+                    raise self._pending_error(write) from write.error
+                await self._park()
         except trio.Cancelled:
-            if not self.withdraw(write):
+            if withdraw and not self.withdraw(write):
                 with trio.CancelScope(shield=True), contextlib.suppress(TidelogError):
-                    # A failure leaves it queued for retry (or fenced): the head says which.
-                    await self.wait_done(write, failures_before)
+                    await self.wait_write(
+                        write, write.failed_attempts, withdraw=False, one_attempt=True
+                    )
             raise
 
-    async def wait_committed(self, target: int, failures_before: int) -> None:
-        """Wait until every write accepted up to now is committed (see :meth:`wait_done`).
+    def _pending_error(self, write: PendingWrite) -> CommitPendingError:
+        if write.kind in ("append", "replace", "group"):
+            return CommitPendingError(self.session_id, write.first, write.last, write.kind)
+        return CommitPendingError(self.session_id, 1, 0, write.kind)
 
-        Someone waits for them now, so they no longer wait for the batching window."""
-        last = self.pending[-1] if self.pending else None
-        if last is not None:
-            self.writer.submit(self, urgent=True)
-            await self.wait_done(last, failures_before)
-        elif self.fatal is not None:
-            raise self.fatal
+    async def wait_committed(self) -> None:
+        """Wait until every write accepted before the call is committed; a checkpoint.
+        Someone waits for them now, so they no longer wait for the batching window.
+        Cancellation only stops the waiting.
 
-    # -- the writer's side -------------------------------------------------------------
+        Raises :class:`~stores.CommitPendingError` (covering everything queued) if an
+        attempt fails meanwhile, :class:`~stores.UnwrittenError` if they were dropped,
+        :class:`~stores.BrokenError` if the writer stopped."""
+        if not self._pending:
+            await trio.lowlevel.checkpoint()
+            return
+        last = self._pending[-1]
+        first = self._pending[0]
+        self.writer.submit(self, urgent=True)
+        try:
+            await self.wait_write(last, last.failed_attempts, withdraw=False)
+        except CommitPendingError as exc:
+            raise CommitPendingError(
+                self.session_id, first.first, last.head_after, "writes"
+            ) from exc.__cause__
+
+    async def _park(self) -> None:
+        """Wait until a commit attempt covering this actor's writes finished (successfully
+        or not), or it died, or the writer stopped. Cancellable."""
+        if not self.writer.running:
+            raise self.writer.stopped_error()
+        task = trio.lowlevel.current_task()
+        parked = self._parked
+        parked.append(task)
+
+        def abort(_: object) -> trio.lowlevel.Abort:
+            parked.remove(task)  # still parked: _notify() would have swapped the list
+            return trio.lowlevel.Abort.SUCCEEDED
+
+        await trio.lowlevel.wait_task_rescheduled(abort)
+
+    def wake_waiters(self) -> None:
+        """Wake every task parked on this actor (the writer stopped: they re-check)."""
+        parked = self._parked
+        if parked:
+            self._parked = []
+            for task in parked:
+                trio.lowlevel.reschedule(task)
+
+    # -- the writer's side ---------------------------------------------------------------
 
     def ready(self, now: float) -> bool:
-        return bool(self.pending) and self.in_flight == 0 and now >= self.retry_at
+        return bool(self._pending) and self._in_flight == 0 and now >= self.retry_at
+
+    @property
+    def in_flight(self) -> bool:
+        return self._in_flight > 0
 
     def take_op(self) -> WriteOp | None:
         """Build this actor's op for the next batch from the front of its queue."""
-        if not self.pending or self.in_flight:
+        pending = self._pending
+        if not pending or self._in_flight:
             return None
-        front = self.pending[0]
-        if front.kind != "append":
-            self.in_flight = 1
-        if front.kind == "truncate":
-            return TruncateOp(self.session_id, front.to_seq, owner=self.owner)
-        if front.kind == "delete":
-            return DeleteOp(self.session_id, owner=self.owner)
-        if front.kind == "replace":
-            return ReplaceOp(
+        front = pending[0]
+        retry = front.failed_attempts > 0
+        kind = front.kind
+        if kind != "append":
+            self._in_flight = 1
+            if kind == "truncate":
+                return TruncateOp(self.session_id, front.to_seq, owner=self.owner)
+            if kind == "delete":
+                return DeleteOp(self.session_id, owner=self.owner)
+            if kind == "replace":
+                return ReplaceOp(
+                    self.session_id,
+                    front.to_seq,
+                    front.events,
+                    expected_head=self.committed_head,
+                    owner=self.owner,
+                )
+            return AppendOp(  # a group's member
                 self.session_id,
-                front.to_seq,
                 front.events,
-                expected_head=self.committed,
-                owner=self.owner,
-            )
-        if front.kind == "group":
-            return AppendOp(
-                self.session_id,
-                front.events,
-                expected_head=self.committed,
+                expected_head=self.committed_head,
                 owner=self.owner,
                 header_json=self.header_json,
-                retry=self.fault is not None,
+                retry=retry,
             )
-        if len(self.pending) == 1:  # the usual case: one awaited append
+        if len(pending) == 1:  # the usual case: one awaited append
             events: tuple[PreparedEvent, ...] = front.events
             count = 1
         else:
             merged: list[PreparedEvent] = []
+            size = 0
             count = 0
-            for write in self.pending:
-                if write.kind != "append":
+            for write in pending:
+                if write.kind != "append" or (count and size > MERGE_BYTES):
                     break
                 merged.extend(write.events)
+                size += sum(len(event.data_json) for event in write.events)
                 count += 1
             events = tuple(merged)
-        self.in_flight = count
+        self._in_flight = count
         return AppendOp(
             self.session_id,
             events,
-            expected_head=self.committed,
+            expected_head=self.committed_head,
             owner=self.owner,
             header_json=self.header_json,
-            retry=self.fault is not None,
+            retry=retry,
         )
 
     def commit_done(self, result: BatchResult, now: float) -> bool:
         """Apply one op's result. Returns True if the session's committed data changed."""
-        count = self.in_flight
-        self.in_flight = 0
-        if isinstance(result, TidelogError):  # the op's writes stay queued, in order
+        count = self._in_flight
+        self._in_flight = 0
+        if isinstance(result, TidelogError):
             if isinstance(result, StoreError):
                 self.commit_failed(result, now)  # transient: retried with backoff
+            elif isinstance(result, InvalidArgumentError):
+                self._refuse_from_front(result)  # this write can never land; others can
             else:
-                self.die(result)  # lost lease, foreign write, bad op: retrying cannot help
+                self.die(result)  # lost lease, foreign write: retrying cannot help
             return False
-        pending = self.pending
+        pending = self._pending
         front = last = pending.popleft()
         front.done = True
         front.result = result
-        if count > 1:  # appends merged into one op
-            for _ in range(count - 1):
-                last = pending.popleft()
-                last.done = True
-                last.result = result
+        for _ in range(count - 1):  # appends merged into one op
+            last = pending.popleft()
+            last.done = True
+            last.result = result
         kind = front.kind
-        if kind == "truncate":
-            self.committed = front.to_seq
-        elif kind == "delete":
-            self.committed = 0
-            self.die(ClosedError(f"session {self.session_id!r} was deleted"))
-        else:  # append, replace, group
-            self.committed = last.last
-        if self.fault is not None or self.backoff:
-            self.fault = None
-            self.backoff = 0.0
+        if kind == "delete":
+            self.committed_head = 0
+            self.die(SessionNotFoundError(self.session_id))
+        else:
+            self.committed_head = last.head_after
+        if self._backoff:
+            self._backoff = 0.0
             self.retry_at = 0.0
-        self.notify()
+        self._notify()
         return True
 
     def commit_failed(self, error: TidelogError, now: float) -> None:
-        """A commit attempt covering this actor's op failed as a whole; keep the queue."""
-        self.in_flight = 0
-        self.failures += 1
-        self.fault = error
-        self.fault_reported = False
-        self.backoff = min(_BACKOFF_MAX, max(_BACKOFF_MIN, self.backoff * 2))
-        self.retry_at = now + self.backoff
+        """A commit attempt covering this actor's op failed as a whole; keep the queue.
+        Every queued write waits behind the failed one, so each counts the attempt."""
+        self._in_flight = 0
+        for write in self._pending:
+            write.failed_attempts += 1
+            write.error = error
+        self._backoff = min(_BACKOFF_MAX, max(_BACKOFF_MIN, self._backoff * 2))
+        self.retry_at = now + self._backoff
         self.writer.submit(self, urgent=False)
-        self.notify()
+        self._notify()
+
+    @property
+    def backoff(self) -> float:
+        """Seconds the next retry waits (0 when the last attempt succeeded)."""
+        return self._backoff
+
+    def _notify(self) -> None:
+        """Wake every task parked in :meth:`_park`."""
+        parked = self._parked
+        if parked:
+            self._parked = []
+            for task in parked:
+                trio.lowlevel.reschedule(task)
+
+    def drop_pending(self, cause: TidelogError) -> None:
+        """Give up every queued write: each is marked dropped (its waiters get an
+        :class:`~stores.UnwrittenError` naming it, caused by ``cause``) and the accepted
+        head falls back to the committed one. One error covering them all is kept for
+        :meth:`take_dropped` (whoever closes the writer reports it)."""
+        dropped = list(self._pending)
+        self._pending.clear()
+        self._in_flight = 0
+        self.accepted_head = self.committed_head
+        for write in dropped:
+            write.dropped = self._unwritten(write.first, write.last, write.events, cause)
+        self._notify()
+        if dropped:
+            events = tuple(e for w in dropped for e in w.events)
+            first = min((w.first for w in dropped if w.events), default=1)
+            last = max((w.last for w in dropped if w.events), default=0)
+            self._dropped.append(self._unwritten(first, last, events, cause))
+
+    def take_dropped(self) -> list[UnwrittenError]:
+        """The dropped-writes errors not taken yet (see :meth:`drop_pending`)."""
+        dropped, self._dropped = self._dropped, []
+        return dropped
+
+    def _unwritten(
+        self, first: int, last: int, events: tuple[PreparedEvent, ...], cause: TidelogError
+    ) -> UnwrittenError:
+        if isinstance(cause, OwnershipLostError):
+            return OwnershipLostError(self.session_id, first, last, events)
+        error = UnwrittenError(self.session_id, first, last, events, reason=str(cause))
+        error.__cause__ = cause
+        return error
+
+    def _refuse_from_front(self, error: TidelogError) -> None:
+        """The store refused the front write for good (e.g. too large for the backend):
+        drop it and every write queued after it (their seqs depend on it); the actor
+        stays usable from the committed head on."""
+        self.drop_pending(error)
+        self._backoff = 0.0
+        self.retry_at = 0.0
 
     def die(self, error: TidelogError) -> None:
         """Make the actor unusable: drop the queue (never written) and fail every waiter."""
-        if self.fatal is None:
-            self.fatal = error
-        self.pending.clear()
-        self.in_flight = 0
-        self.wake.set()
-        self.notify()  # waiters re-check and see ``fatal``
+        if self._fatal is None:
+            self._fatal = error
+        self.drop_pending(error)
         self.writer.notify_progress()

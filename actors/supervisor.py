@@ -1,11 +1,15 @@
 """Supervisor: get-or-spawn session actors, keep their leases alive, evict idle ones.
 
-Actors are tasks in the runtime's nursery. The first use of a session spawns its actor,
-which takes the session's lease (cross-process single-writer ownership) before it accepts
-writes; concurrent first uses share that one start. An actor lives while it is used and is
-evicted ``idle_timeout`` seconds after its last user left -- at once when an explicit writer
-handle closes, so that other processes can take the session. Eviction and runtime shutdown
-*drain* the actor: queued writes are committed first, then the lease is released.
+Actors are tasks in the runtime's service nursery (shielded from the caller's
+cancellation: only the runtime's own shutdown stops them). The first use of a session
+spawns its actor, which takes the session's lease (cross-process single-writer ownership)
+before it accepts writes; concurrent first uses share that one start. An actor lives
+while it is used and is evicted ``idle_timeout`` seconds after its last user left -- at
+once when an explicit writer handle closes, so that other processes can take the session.
+Eviction and runtime shutdown *drain* the actor: accepted writes are committed first (a
+few attempts with backoff), then the lease is released. Writes the drain cannot commit
+are dropped and reported as :class:`~stores.UnwrittenError` (by the closing handle, or
+by the runtime's exit) -- never silently.
 
 One heartbeat task renews every lease this runtime holds in one transaction every
 ``lease_ttl / 3`` seconds; a lease found taken over kills its actor with
@@ -16,15 +20,21 @@ from __future__ import annotations
 
 import contextlib
 import functools
+from typing import Literal, TypeAlias
 
+import attrs
 import trio
 
 from stores import (
     ClosedError,
+    CommitPendingError,
     OwnershipLostError,
+    SessionExistsError,
+    SessionNotFoundError,
     SessionOwnedError,
     Store,
     TidelogError,
+    UnwrittenError,
 )
 from stores.leases import local_holder
 from stores.records import decode_json_object
@@ -33,9 +43,13 @@ from .lane import StoreLane
 from .session import ActorState, SessionActor
 from .writer import GroupCommitWriter
 
-__all__ = ["Supervisor"]
+__all__ = ["CreateMode", "Supervisor"]
 
-_DRAIN_ATTEMPTS = 3
+#: Commit attempts a drain makes (with backoff) before it gives the writes up.
+DRAIN_ATTEMPTS = 3
+
+#: How a write open treats a missing or existing session (see ``Runtime.open_session``).
+CreateMode: TypeAlias = Literal["if_missing", "new", "never"]
 
 
 def _start_session(
@@ -44,21 +58,40 @@ def _start_session(
     owner: str,
     holder: str,
     ttl: float,
-    header_json: str | None,
+    header_json: str,
+    create: CreateMode,
 ) -> int:
-    """In the lane: take the lease, create the session if asked; return its head."""
+    """In the lane: take the lease, create the session as ``create`` says; its head."""
     store.acquire_lease(session_id, owner, ttl=ttl, holder=holder)
     try:
-        if header_json is not None:
-            return store.create(session_id, decode_json_object(header_json), exist_ok=True).head
-        return store.head(session_id)
+        info = store.stat(session_id)
+        if info is not None:
+            if create == "new":
+                raise SessionExistsError(session_id)
+            return info.head
+        if create == "never":
+            raise SessionNotFoundError(session_id)
+        return store.create(session_id, decode_json_object(header_json), exist_ok=True).head
     except BaseException:
         store.release_lease(session_id, owner)
         raise
 
 
-def _create(store: Store, session_id: str, header_json: str) -> int:
-    return store.create(session_id, decode_json_object(header_json), exist_ok=True).head
+@attrs.define(eq=False)
+class _Life:
+    """The supervisor's bookkeeping of one actor: who uses it and when it stops."""
+
+    actor: SessionActor
+    users: int = 0
+    handle_open: bool = False
+    last_used: float = 0.0
+    stop_requested: bool = False
+    wake: trio.Event = attrs.Factory(trio.Event)
+    start_error: TidelogError | None = None
+    #: A closing handle waits for this actor's stop and reports its dropped writes.
+    reporter: bool = False
+    #: Accepted writes this actor dropped that no handle has reported yet.
+    unwritten: list[UnwrittenError] = attrs.Factory(list)
 
 
 class Supervisor:
@@ -80,49 +113,84 @@ class Supervisor:
         self.holder = local_holder()
         self.lease_ttl = lease_ttl
         self.idle_timeout = idle_timeout
-        self.actors: dict[str, SessionActor] = {}
+        self._lives: dict[str, _Life] = {}
         self.closing = False
-        self.drain_errors: list[TidelogError] = []
+        #: Dropped writes of actors that stopped with nobody left to report them.
+        self._orphans: list[UnwrittenError] = []
 
-    # -- attach / detach ---------------------------------------------------------------
+    # -- lookups -------------------------------------------------------------------------
+
+    def get(self, session_id: str) -> SessionActor | None:
+        """The session's live actor in this runtime, if any (no I/O)."""
+        life = self._lives.get(session_id)
+        return None if life is None else life.actor
+
+    def actors(self) -> list[SessionActor]:
+        """Every live actor."""
+        return [life.actor for life in self._lives.values()]
+
+    def handle_open(self, session_id: str) -> bool:
+        """True while an exclusive writer handle of this runtime holds the session."""
+        life = self._lives.get(session_id)
+        return life is not None and life.handle_open
+
+    def __len__(self) -> int:
+        return len(self._lives)
+
+    # -- attach / detach -----------------------------------------------------------------
 
     async def acquire(
-        self, session_id: str, *, header_json: str | None, exclusive: bool
+        self,
+        session_id: str,
+        *,
+        header_json: str,
+        exclusive: bool,
+        create: CreateMode,
     ) -> SessionActor:
         """Attach to the session's actor, spawning it if needed; a checkpoint.
 
-        ``header_json`` not None: the session is created if missing. ``exclusive``: this is
-        the process's one writer handle (a second raises :class:`SessionOwnedError`).
+        ``create``: ``"if_missing"`` creates the session (with ``header_json``) if it
+        does not exist, ``"new"`` insists on creating it, ``"never"`` insists it exists.
+        ``exclusive``: this is the runtime's one writer handle of the session (a second
+        raises :class:`SessionOwnedError`); non-exclusive users share the actor with it.
 
         Raises: :class:`SessionOwnedError` (another handle here or another process holds
-        it), :class:`ClosedError` (runtime closing), store errors from the lease/create.
+        it), :class:`SessionExistsError` / :class:`SessionNotFoundError` (``create``),
+        :class:`ClosedError` (runtime closing), store errors from the lease/create.
+        Cancellation: nothing is left attached.
         """
         while True:
             if self.closing:
                 raise ClosedError("the runtime is closing")
-            actor = self.actors.get(session_id)
-            if actor is None:
-                actor = SessionActor(session_id, self.owner, header_json or "{}", self.writer)
-                self.actors[session_id] = actor
-                self._nursery.start_soon(self._actor_main, actor, header_json)
-            elif actor.state is ActorState.DRAINING:
-                await actor.stopped.wait()
-                continue
-            if exclusive and actor.handle_open:
+            life = self._lives.get(session_id)
+            if life is None:
+                actor = SessionActor(session_id, self.owner, header_json, self.writer)
+                life = self._lives[session_id] = _Life(actor)
+                self._nursery.start_soon(self._actor_main, life, header_json, create)
+                fresh = True
+            else:
+                fresh = False
+                state = life.actor.state.value
+                if life.stop_requested or state in (ActorState.DRAINING, ActorState.STOPPED):
+                    # It is stopping (its writer handle closed, or it is being evicted):
+                    # wait for the stop and start a new one, never attach to a stopping one.
+                    await life.actor.state.wait_value(ActorState.STOPPED)
+                    continue
+            if exclusive and life.handle_open:
                 raise SessionOwnedError(session_id, "another writer handle in this process")
-            actor.users += 1
-            actor.handle_open = actor.handle_open or exclusive
+            actor = life.actor
+            life.users += 1
+            life.handle_open = life.handle_open or exclusive
             try:
-                await actor.started.wait()
-                if actor.start_error is not None:
-                    raise actor.start_error
-                if header_json is not None and not actor.created:
-                    await self.lane.run(_create, self.lane.store, session_id, header_json)
-                    actor.created = True
+                await actor.state.wait_value(lambda s: s is not ActorState.STARTING)
+                if life.start_error is not None:
+                    raise life.start_error
+                if not fresh and create == "new":
+                    raise SessionExistsError(session_id)
             except BaseException:
                 self.release(actor, exclusive=exclusive)
                 raise
-            if actor.state is not ActorState.RUNNING:
+            if actor.state.value is not ActorState.RUNNING:
                 self.release(actor, exclusive=exclusive)
                 continue
             return actor
@@ -130,18 +198,53 @@ class Supervisor:
     def release(self, actor: SessionActor, *, exclusive: bool) -> None:
         """Detach; the actor is evicted at once after the writer handle closes, else after
         ``idle_timeout`` unused."""
-        actor.users -= 1
+        life = self._lives.get(actor.session_id)
+        if life is None or life.actor is not actor:
+            return  # it stopped already (start failed, or it died and was removed)
+        life.users -= 1
         if exclusive:
-            actor.handle_open = False
-        actor.last_used = trio.current_time()
-        if actor.users == 0:
+            life.handle_open = False
+        life.last_used = trio.current_time()
+        if life.users == 0:
             if exclusive:
-                actor.stop_requested = True
-            actor.wake.set()
+                life.stop_requested = True
+            life.wake.set()
 
-    # -- actor lifetime ----------------------------------------------------------------
+    async def close_handle(self, actor: SessionActor, *, exclusive: bool) -> None:
+        """Detach a handle that is closing, after the writes accepted so far: the close
+        of the writer handle by the last user drains and stops the actor. Shield it.
 
-    async def _actor_main(self, actor: SessionActor, header_json: str | None) -> None:
+        Raises :class:`~stores.UnwrittenError` (or :class:`~stores.OwnershipLostError`)
+        for accepted writes that were dropped and not yet reported, and
+        :class:`~stores.CommitPendingError` if the actor outlives this handle and its
+        writes are still failing (they stay queued and are retried)."""
+        life = self._lives.get(actor.session_id)
+        if life is None or life.actor is not actor:
+            return
+        stops = exclusive and life.users == 1
+        pending: CommitPendingError | None = None
+        if not stops:
+            with contextlib.suppress(UnwrittenError):  # taken below
+                try:
+                    await self._settle(actor)
+                except CommitPendingError as exc:
+                    pending = exc
+        if stops:
+            life.reporter = True  # this close reports what the drain drops
+        self.release(actor, exclusive=exclusive)
+        if stops:
+            await actor.state.wait_value(ActorState.STOPPED)
+        dropped = life.unwritten + actor.take_dropped()
+        life.unwritten = []
+        if dropped:
+            raise dropped[0]
+        if pending is not None:
+            raise pending
+
+    # -- actor lifetime ------------------------------------------------------------------
+
+    async def _actor_main(self, life: _Life, header_json: str, create: CreateMode) -> None:
+        actor = life.actor
         try:
             head = await self.lane.run(
                 _start_session,
@@ -151,76 +254,101 @@ class Supervisor:
                 self.holder,
                 self.lease_ttl,
                 header_json,
+                create,
             )
         except TidelogError as exc:
-            actor.start_error = exc
-            actor.state = ActorState.STOPPED
-            self.actors.pop(actor.session_id, None)
-            actor.started.set()
-            actor.stopped.set()
+            life.start_error = exc
+            self._forget(life)
+            actor.state.value = ActorState.STOPPED
             return
-        actor.assigned = actor.committed = head
-        actor.created = header_json is not None
-        actor.state = ActorState.RUNNING
-        actor.last_used = trio.current_time()
+        actor.start(head)
+        life.last_used = trio.current_time()
         self.writer.watch(actor)  # its waiters are woken if the writer stops
-        actor.started.set()
         try:
-            await self._live(actor)
+            await self._live(life)
         finally:
             with trio.CancelScope(shield=True):
                 try:
-                    await self._drain(actor)
+                    await self._drain(life)
                 finally:
                     self.writer.unwatch(actor)
 
-    async def _live(self, actor: SessionActor) -> None:
+    async def _live(self, life: _Life) -> None:
+        actor = life.actor
         while True:
-            actor.wake = trio.Event()
-            if actor.fatal is not None or actor.stop_requested or self.closing:
+            life.wake = trio.Event()
+            if actor.fatal is not None or life.stop_requested or self.closing:
                 return
             deadline = trio.current_time() + 3600.0
-            if actor.users == 0:
-                deadline = actor.last_used + self.idle_timeout
+            if life.users == 0:
+                deadline = life.last_used + self.idle_timeout
                 if trio.current_time() >= deadline and not actor.pending:
                     return
             with trio.move_on_at(deadline):
-                await actor.wake.wait()
+                await life.wake.wait()
 
-    async def _drain(self, actor: SessionActor) -> None:
-        actor.state = ActorState.DRAINING
+    async def _settle(self, actor: SessionActor) -> None:
+        """Wait for every write accepted so far, retrying failed attempts a few times.
+
+        Raises :class:`~stores.CommitPendingError` when the last attempt failed too,
+        :class:`~stores.UnwrittenError` if they were dropped."""
         attempts = 0
-        while actor.pending and actor.fatal is None and self.writer.running:
-            failures = actor.failures
-            self.writer.submit(actor, urgent=True)
-            await actor.wait_progress()
-            if actor.failures > failures:
+        while True:
+            try:
+                await actor.wait_committed()
+                return
+            except CommitPendingError:
                 attempts += 1
-                if attempts >= _DRAIN_ATTEMPTS and actor.fault is not None:
-                    self.drain_errors.append(actor.fault)
-                    actor.die(actor.fault)
-                    break
+                if attempts >= DRAIN_ATTEMPTS or not self.writer.running:
+                    raise
                 await trio.sleep(actor.backoff)
-        if actor.fatal is None or not isinstance(actor.fatal, OwnershipLostError | ClosedError):
+
+    async def _drain(self, life: _Life) -> None:
+        actor = life.actor
+        actor.stop_accepting("the runtime is closing" if self.closing else "its writer closed")
+        if self.writer.running:
+            try:
+                await self._settle(actor)
+            except CommitPendingError as exc:
+                cause = exc.__cause__
+                assert isinstance(cause, TidelogError)
+                actor.drop_pending(cause)
+            except UnwrittenError:
+                pass  # dropped by a fatal error: taken below
+        elif actor.pending:
+            actor.drop_pending(self.writer.stopped_error())
+        life.unwritten.extend(actor.take_dropped())
+        if not isinstance(actor.fatal, OwnershipLostError | SessionNotFoundError):
             with contextlib.suppress(TidelogError):  # else it expires after lease_ttl
                 await self.lane.run(self.lane.store.release_lease, actor.session_id, self.owner)
-        actor.state = ActorState.STOPPED
-        if self.actors.get(actor.session_id) is actor:
-            del self.actors[actor.session_id]
-        actor.stopped.set()
-        actor.wake.set()
+        self._forget(life)
+        if not life.reporter and life.unwritten:
+            self._orphans.extend(life.unwritten)  # no handle is left to report them
+            life.unwritten = []
+        actor.state.value = ActorState.STOPPED
+        life.wake.set()
 
-    async def stop_all(self) -> None:
-        """Drain and stop every actor (runtime shutdown). Shield it."""
+    def _forget(self, life: _Life) -> None:
+        if self._lives.get(life.actor.session_id) is life:
+            del self._lives[life.actor.session_id]
+
+    async def stop_all(self) -> list[UnwrittenError]:
+        """Drain and stop every actor (runtime shutdown); shield it. Returns the
+        dropped writes no handle reported."""
         self.closing = True
-        actors = list(self.actors.values())
-        for actor in actors:
-            actor.stop_requested = True
-            actor.wake.set()
-        for actor in actors:
-            await actor.stopped.wait()
+        lives = list(self._lives.values())
+        for life in lives:
+            life.stop_requested = True
+            life.wake.set()
+        for life in lives:
+            await life.actor.state.wait_value(ActorState.STOPPED)
+        for life in lives:
+            self._orphans.extend(life.unwritten)
+            life.unwritten = []
+        orphans, self._orphans = self._orphans, []
+        return orphans
 
-    # -- heartbeat ---------------------------------------------------------------------
+    # -- heartbeat -----------------------------------------------------------------------
 
     async def run_heartbeat(self) -> None:
         """Renew all held leases every ``lease_ttl / 3`` seconds, until cancelled."""
@@ -228,8 +356,9 @@ class Supervisor:
             await trio.sleep(self.lease_ttl / 3)
             ids = [
                 sid
-                for sid, a in self.actors.items()
-                if a.state in (ActorState.RUNNING, ActorState.DRAINING) and a.fatal is None
+                for sid, life in self._lives.items()
+                if life.actor.state.value in (ActorState.RUNNING, ActorState.DRAINING)
+                and life.actor.fatal is None
             ]
             if not ids:
                 continue
@@ -239,6 +368,6 @@ class Supervisor:
             except TidelogError:
                 continue  # retried next beat; fencing protects the data meanwhile
             for sid in lost:
-                actor = self.actors.get(sid)
-                if actor is not None:
-                    actor.die(OwnershipLostError(sid))
+                life = self._lives.get(sid)
+                if life is not None:
+                    life.actor.die(OwnershipLostError(sid))

@@ -22,7 +22,9 @@ from collections.abc import Callable
 import attrs
 import trio
 
-from stores import AppendOp, ClosedError, GroupOp, ReplaceOp, TidelogError, WriteOp
+from trio_util import AsyncValue
+
+from stores import AppendOp, BrokenError, ClosedError, GroupOp, ReplaceOp, TidelogError, WriteOp
 
 from .lane import StoreLane
 from .session import SessionActor
@@ -77,14 +79,18 @@ class GroupCommitWriter:
         self._watched: set[SessionActor] = set()
         self._wake = trio.Event()
         self._urgent = trio.Event()
-        self._progress = trio.Event()
+        #: Batches finished (committed or failed): waiters on "the next batch" watch it.
+        self._finished: AsyncValue[int] = AsyncValue(0)
         self._sync_requested = False
         self._unsynced = False
         self.running = False
+        #: Set when the runtime closes (stops) the writer on purpose.
+        self.closed = False
         #: A store that fsyncs every commit (SQLite ``synchronous="full"``).
         self._every_commit_syncs = getattr(lane.store, "synchronous", None) == "full"
         self._next_batch = 1
-        self.synced_through = 0
+        #: The number of the last sync batch that succeeded.
+        self.synced_through: AsyncValue[int] = AsyncValue(0)
         self.sync_failed: tuple[int, TidelogError] | None = None
         self._batches = 0
         self._events = 0
@@ -127,28 +133,35 @@ class GroupCommitWriter:
     def notify_progress(self) -> None:
         """Wake everyone waiting in :meth:`wait_progress` (something they wait for changed
         outside a batch, e.g. an actor died)."""
-        self._progress.set()
-        self._progress = trio.Event()
+        self._finished.value += 1
+
+    def stopped_error(self) -> TidelogError:
+        """What a call that needs the stopped writer raises: :class:`~stores.ClosedError`
+        after the runtime closed it, :class:`~stores.BrokenError` otherwise."""
+        if self.closed:
+            return ClosedError("the runtime was closed")
+        return BrokenError("the runtime's commit task has stopped")
 
     async def wait_progress(self) -> None:
-        """Wait until the next batch finishes (successfully or not).
+        """Wait until the next batch finishes (successfully or not), or someone calls
+        :meth:`notify_progress`.
 
-        Raises :class:`~stores.ClosedError` if the writer is not running (it would never
-        finish another batch)."""
+        Raises :class:`~stores.ClosedError` / :class:`~stores.BrokenError` if the writer
+        is not running (it would never finish another batch)."""
         if not self.running:
-            raise ClosedError("the runtime's writer has stopped")
-        await self._progress.wait()
+            raise self.stopped_error()
+        await self._finished.wait_transition()
 
     async def wait_synced(self, number: int) -> None:
         """Wait until sync batch ``number`` (or a later one) succeeded; raise its error."""
-        while self.synced_through < number:
+        while self.synced_through.value < number:
             if self.sync_failed is not None and self.sync_failed[0] >= number:
                 raise self.sync_failed[1]
             await self.wait_progress()
 
     def statistics(self) -> WriterStatistics:
         """A frozen record of the writer's counters."""
-        depth = sum(len(w.events) for a in self._dirty for w in a.pending)
+        depth = sum(actor.queued_events() for actor in self._dirty)
         mean = self._events / self._batches if self._batches else 0.0
         return WriterStatistics(
             depth, self._batches, self._events, mean, self._failed, self._flushes, self._fsyncs
@@ -176,9 +189,9 @@ class GroupCommitWriter:
                 await self._commit_once()
         finally:
             self.running = False
-            self._progress.set()
+            self.notify_progress()
             for actor in list(self._watched):
-                actor.notify()
+                actor.wake_waiters()
 
     async def _commit_once(self) -> None:
         """Take one op per ready actor, commit them in one batch, deliver the results."""
@@ -193,13 +206,13 @@ class GroupCommitWriter:
                 break
             if actor not in dirty:
                 continue  # taken as a member of a group already
-            pending = actor.pending
-            if not pending:
+            front = actor.front
+            if front is None:
                 del dirty[actor]
                 continue
             if actor.in_flight or now < actor.retry_at:
                 continue  # not ready (see SessionActor.ready)
-            unit = pending[0].group
+            unit = front.group
             if unit is not None:
                 if not unit.ready(now):
                     continue  # a member still has earlier writes to commit
@@ -268,7 +281,7 @@ class GroupCommitWriter:
             if sync or self._every_commit_syncs:
                 self._fsyncs += 1 if ops or sync else 0
             if sync:
-                self.synced_through = number
+                self.synced_through.value = number
                 self._unsynced = False
             elif ops:
                 self._unsynced = True

@@ -227,7 +227,7 @@ class Store(Protocol):
     blocking: bool
     #: Frames in the store's write-ahead log after this handle's last commit, for a store
     #: that leaves checkpoints to its owner (SQLite with ``checkpoints="deferred"``); 0
-    #: otherwise. The owner calls :meth:`checkpoint` (on any handle) when it grows.
+    #: otherwise. The owner calls :meth:`checkpoint_wal` (on any handle) when it grows.
     wal_pages: int
 
     def create(
@@ -384,7 +384,7 @@ class Store(Protocol):
         """A number that changes whenever *another* handle (or process) commits."""
         ...
 
-    def checkpoint(self) -> int:
+    def checkpoint_wal(self) -> int:
         """Copy committed data from the write-ahead log into the main store without waiting
         for readers or writers (SQLite: a PASSIVE checkpoint); it changes no data and no
         durability guarantee. Returns how many log frames are checkpointed now (0 when

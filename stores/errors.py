@@ -16,18 +16,15 @@ Two families are kept apart on purpose:
 from __future__ import annotations
 
 __all__ = [
-    "AgentNotFoundError",
+    "BrokenError",
     "ClosedError",
+    "CommitPendingError",
     "ConflictError",
-    "ForkPointError",
     "InvalidArgumentError",
     "InvalidEventError",
     "InvalidSessionIdError",
-    "MaxTurnsExceededError",
     "OwnershipLostError",
     "ReadOnlyError",
-    "RunExistsError",
-    "RunNotFoundError",
     "SessionExistsError",
     "SessionNotFoundError",
     "SessionOwnedError",
@@ -38,6 +35,7 @@ __all__ = [
     "StoreIOError",
     "TidelogError",
     "UnsupportedFormatError",
+    "UnwrittenError",
 ]
 
 
@@ -86,20 +84,6 @@ class InvalidEventError(InvalidArgumentError):
         where = "value" if index is None else f"event {index} (kind {kind!r})"
         super().__init__(f"invalid {where}: {reason}")
 
-
-class ForkPointError(InvalidArgumentError):
-    """A fork point falls inside a run whose tool calls have no results yet (the child
-    would start with dangling calls). Fork at the run's end or start, or pass
-    ``allow_open_run=True``. Nothing was created. ``pending`` names the open call ids."""
-
-    def __init__(self, session_id: str, at_seq: int, pending: list[str]) -> None:
-        self.session_id = session_id
-        self.at_seq = at_seq
-        self.pending = pending
-        super().__init__(
-            f"session {session_id!r}: seq {at_seq} is inside a run with unanswered tool calls "
-            f"{pending}; fork elsewhere or pass allow_open_run=True"
-        )
 
 
 class ConflictError(TidelogError):
@@ -153,18 +137,90 @@ class SessionOwnedError(TidelogError):
         super().__init__(f"session {session_id!r} is owned by another writer{extra}")
 
 
-class OwnershipLostError(TidelogError):
-    """This writer's lease was taken over (it expired and another writer claimed it).
+class UnwrittenError(TidelogError):
+    """Events that a write call had *accepted* (they were given seqs ``first..last``) will
+    never be written: the final drain of a closing writer or runtime could not commit
+    them, or a permanent failure refused them after they were queued.
 
-    Raised on the write that discovered it; that write wrote nothing, and neither will any
-    later one through this handle. Close the handle and reopen to become the owner again.
+    Raised by the call that waited for them (``append``, ``flush``, ``close``, the exit of
+    ``open_runtime``...); ``__cause__`` says why. Nothing of ``first..last`` is stored,
+    and those seqs may be handed out again. ``events`` are the
+    :class:`~stores.PreparedEvent` objects that were not written (``.kind``, ``.data``,
+    ``.run_id``): resend them through a new writer if you still want them -- with
+    ``expected_head=first - 1`` to be safe against an earlier commit whose outcome was
+    ambiguous (a :class:`ConflictError` then means they landed after all). An empty range
+    (``first > last``) means the call itself had nothing accepted.
     """
 
-    def __init__(self, session_id: str) -> None:
+    def __init__(
+        self,
+        session_id: str,
+        first: int,
+        last: int,
+        events: tuple[object, ...] = (),
+        *,
+        reason: str = "",
+    ) -> None:
         self.session_id = session_id
+        self.first = first
+        self.last = last
+        self.events = events
+        self.reason = reason
+        what = f"seqs {first}..{last}" if first <= last else "no events"
+        because = f": {reason}" if reason else ""
+        super().__init__(f"session {session_id!r}: {what} were accepted but not written{because}")
+
+
+class CommitPendingError(TidelogError):
+    """The commit attempt covering accepted writes failed (``__cause__`` holds the store
+    error), and they stay **accepted**: queued in order with seqs ``first..last``, retried
+    in the background with backoff, committed exactly once when the store recovers.
+
+    Do **not** resend them (that would store them twice). Wait for them with the writer's
+    ``wait_committed()`` or ``flush()`` (each raises this error again while attempts keep
+    failing), or let leaving the block drain them. If they are finally given up, the call
+    that waits for them raises :class:`UnwrittenError` with the events instead.
+    ``what`` names the pending write (``"append"``, ``"truncate"``, ``"replace"``,
+    ``"delete"``, ``"group"`` or ``"writes"`` for everything queued).
+    """
+
+    def __init__(self, session_id: str, first: int, last: int, what: str = "writes") -> None:
+        self.session_id = session_id
+        self.first = first
+        self.last = last
+        self.what = what
+        span = f"seqs {first}..{last}" if first <= last else f"the {what}"
         super().__init__(
-            f"session {session_id!r}: this writer's lease was taken over by another writer"
+            f"session {session_id!r}: {span} accepted, commit failed; retrying in the "
+            "background (do not resend; wait_committed() or flush() waits for them)"
         )
+
+
+class OwnershipLostError(UnwrittenError):
+    """This writer's lease was taken over (it expired and another writer claimed it).
+
+    Raised on the write that discovered it, and on every later write through this handle:
+    nothing more is written. Accepted events that were still queued are dropped (fenced
+    writes are never written): ``first..last`` and ``events`` name them (an empty range
+    when the call had nothing queued). Close the handle and reopen to become the owner
+    again; the new owner decides whether to resend them.
+    """
+
+    def __init__(
+        self,
+        session_id: str,
+        first: int = 1,
+        last: int = 0,
+        events: tuple[object, ...] = (),
+    ) -> None:
+        TidelogError.__init__(
+            self, f"session {session_id!r}: this writer's lease was taken over by another writer"
+        )
+        self.session_id = session_id
+        self.first = first
+        self.last = last
+        self.events = events
+        self.reason = "the lease was taken over"
 
 
 class ReadOnlyError(TidelogError):
@@ -174,7 +230,19 @@ class ReadOnlyError(TidelogError):
 class ClosedError(TidelogError):
     """The store, runtime or handle was closed by its user before this call.
 
-    This is "you closed it", not "it broke": reopen to continue.
+    This is "you closed it", not "it broke" (that is :class:`BrokenError`): reopen to
+    continue.
+    """
+
+
+class BrokenError(TidelogError):
+    """A part this call needs broke earlier and refuses all work: a session's writer died
+    of a failure it cannot recover from (another connection wrote the session under its
+    lease, an internal error), or the runtime's commit task stopped. ``__cause__`` holds
+    the original failure.
+
+    This is "it broke", not "you closed it" (:class:`ClosedError`). Nothing of this call
+    was accepted. Close the handle and reopen it; if it keeps happening, look at the cause.
     """
 
 
@@ -191,48 +259,8 @@ class SnapshotExpiredError(TidelogError):
         super().__init__(f"snapshot of session {session_id!r} at seq {as_of_seq} expired: {reason}")
 
 
-class RunExistsError(TidelogError):
-    """A run was started with ``if_run_exists="fail"`` but a checkpoint for its run_id is
-    stored (whatever its status). Nothing changed. Pick another run_id, or another policy.
-    ``run_id`` and ``status`` name what was found."""
-
-    def __init__(self, run_id: str, status: str) -> None:
-        self.run_id = run_id
-        self.status = status
-        super().__init__(f"run {run_id!r} already has a checkpoint (status {status})")
 
 
-class RunNotFoundError(TidelogError, KeyError):
-    """``if_run_exists="resume_only"`` found no checkpoint for the run_id. Nothing changed.
-    Also a :class:`KeyError`."""
-
-    def __init__(self, run_id: str) -> None:
-        self.run_id = run_id
-        super().__init__(run_id)
-
-    def __str__(self) -> str:
-        return f"no checkpoint is stored for run {self.run_id!r}"
-
-
-class AgentNotFoundError(TidelogError):
-    """Resuming an in-flight run whose recorded active agent is not reachable from the
-    entry agent's handoff graph (renamed or removed). The run cannot continue safely; run
-    the deployment that knows the agent, or restart the run. ``agent`` names it."""
-
-    def __init__(self, run_id: str, agent: str) -> None:
-        self.run_id = run_id
-        self.agent = agent
-        super().__init__(f"run {run_id!r}: agent {agent!r} is not in the handoff graph")
-
-
-class MaxTurnsExceededError(TidelogError):
-    """A run used ``max_turns`` model turns without finishing. Its checkpoint is saved
-    as failed; raise ``max_turns`` or change the agent."""
-
-    def __init__(self, run_id: str, max_turns: int) -> None:
-        self.run_id = run_id
-        self.max_turns = max_turns
-        super().__init__(f"run {run_id!r} exceeded {max_turns} turns")
 
 
 class UnsupportedFormatError(TidelogError):

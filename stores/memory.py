@@ -493,8 +493,8 @@ class MemoryStore:
                 self._seen_version = state.version
             return self._seen_version
 
-    def checkpoint(self) -> int:
-        """See :meth:`Store.checkpoint`: memory has no log, so nothing to do (0)."""
+    def checkpoint_wal(self) -> int:
+        """See :meth:`Store.checkpoint_wal`: memory has no log, so nothing to do (0)."""
         with self._locked():
             return 0
 

@@ -114,7 +114,7 @@ class SqliteStore:
             damaged file with :class:`~stores.errors.StoreCorruptError`.
         checkpoints: ``"auto"`` (a commit that leaves 1000+ WAL frames copies them into
             the database file, SQLite's default) or ``"deferred"`` (commits leave that to
-            the owner, who calls :meth:`checkpoint` on another handle, off the write path;
+            the owner, who calls :meth:`checkpoint_wal` on another handle, off the write path;
             see :data:`Checkpoints`).
 
     Raises (at open): :class:`~stores.errors.UnsupportedFormatError` for a foreign or newer
@@ -511,8 +511,8 @@ class SqliteStore:
                 # Damage that stops the check itself is a finding, not a failure to check.
                 return False, f"{type(exc).__name__}: {exc}"
 
-    def checkpoint(self) -> int:
-        """See :meth:`Store.checkpoint`: a PASSIVE WAL checkpoint on this connection."""
+    def checkpoint_wal(self) -> int:
+        """See :meth:`Store.checkpoint_wal`: a PASSIVE WAL checkpoint on this connection."""
         with self._connection("checkpoint") as conn:
             return self._checkpoint(conn)
 

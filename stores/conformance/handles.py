@@ -77,7 +77,7 @@ class HandleCases(ConformanceBase):
         other = self._clone(store)
         before = (store.read("s"), store.stat("s"), store.head("s"))
         for handle in (store, other):
-            done = handle.checkpoint()
+            done = handle.checkpoint_wal()
             assert type(done) is int and done >= 0
         assert (store.read("s"), store.stat("s"), store.head("s")) == before
         assert store.wal_pages >= 0

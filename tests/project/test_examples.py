@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-EXAMPLES = sorted((Path(__file__).resolve().parent.parent / "examples").glob("*.py"))
+EXAMPLES = sorted((Path(__file__).resolve().parents[2] / "examples").glob("*.py"))
 
 #: Text an example must print, by file name (examples not listed only need exit code 0).
 EXPECTED_OUTPUT: dict[str, list[str]] = {

@@ -862,7 +862,7 @@ def test_deferred_checkpoints_leave_the_wal_to_the_owner(
     _fill_wal(store, 1500)
     assert os.path.getsize(db + "-wal") >= 1500 * PAGE  # no commit checkpointed
     other = open_store()
-    assert other.checkpoint() >= 1500
+    assert other.checkpoint_wal() >= 1500
     store.append("s", [NewEvent("m", "after")])
     assert store.wal_pages < 10  # the first commit after a full checkpoint restarts the WAL
     assert [e.data for e in other.read("s")] == ["after"]
@@ -910,7 +910,7 @@ def test_checkpoint_while_another_connection_writes(
 
     def checkpoint_loop() -> None:
         while not stop.is_set():
-            counts.append(checkpointer.checkpoint())
+            counts.append(checkpointer.checkpoint_wal())
 
     thread = threading.Thread(target=checkpoint_loop)
     thread.start()
@@ -934,7 +934,7 @@ KILLED_DURING_CHECKPOINT = textwrap.dedent(
 
     def checkpoint_forever():
         while True:
-            checkpointer.checkpoint()
+            checkpointer.checkpoint_wal()
 
     for i in range(1, 3001):
         head = writer.append("s", [NewEvent("m", {"i": i, "pad": "x" * 3000})])

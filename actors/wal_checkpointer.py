@@ -1,4 +1,4 @@
-"""Checkpointer: copies the write-ahead log into the database file off the write path.
+"""WalCheckpointer: copies the write-ahead log into the database file off the write path.
 
 SQLite's default checkpoints inside the commit that leaves 1000+ frames in the WAL: that
 commit (and every append waiting on its batch) stalls while pages are copied and, with
@@ -22,14 +22,14 @@ from stores import Store, TidelogError
 
 from .lane import StoreLane
 
-__all__ = ["THRESHOLD", "Checkpointer"]
+__all__ = ["THRESHOLD", "WalCheckpointer"]
 
 #: WAL frames written since the last checkpoint that start the next one (SQLite's default
 #: autocheckpoint threshold).
 THRESHOLD = 1000
 
 
-class Checkpointer:
+class WalCheckpointer:
     """Runs checkpoints for the store behind ``writer_lane``. Run :meth:`run` in a nursery;
     call :meth:`poke` after each commit; :meth:`aclose` after the task ended.
 
@@ -69,7 +69,7 @@ class Checkpointer:
             self._running = True
             try:
                 lane = self._lane or await self._open_lane()
-                self._covered = await lane.run(lane.store.checkpoint)
+                self._covered = await lane.run(lane.store.checkpoint_wal)
                 self.checkpoints += 1
             except TidelogError:
                 self.failures += 1

@@ -21,7 +21,7 @@ from runtime.history import SEGMENT_KIND
 from runtime.transcript import entry_from_stored
 
 WORKER = pathlib.Path(__file__).with_name("recovery_worker.py")
-ROOT = pathlib.Path(__file__).resolve().parent.parent
+ROOT = pathlib.Path(__file__).resolve().parents[2]
 
 
 def worker(

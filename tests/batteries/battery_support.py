@@ -33,7 +33,7 @@ __all__ = [
 #: True when the long (soak) versions run.
 SOAK = os.environ.get("TIDELOG_SOAK") == "1"
 #: The project root (children get it on ``PYTHONPATH``).
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 TESTS = Path(__file__).resolve().parent
 
 
@@ -55,7 +55,7 @@ def record(battery: str, **counts: object) -> None:
 def child_env() -> dict[str, str]:
     """Environment of a child Python process: the project importable, warnings as errors
     are *not* forced on it (its stderr is checked instead)."""
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT), str(TESTS)]))
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT), str(TESTS), str(TESTS.parent)]))
     env.pop("PYTHONWARNINGS", None)
     return env
 

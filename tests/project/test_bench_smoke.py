@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 #: The optional alternatives (the ``bench`` extra): measured, or "not installed".
 ALTERNATIVES = ("openai-agents", "langgraph", "eventsourcing")
