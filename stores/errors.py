@@ -85,7 +85,6 @@ class InvalidEventError(InvalidArgumentError):
         super().__init__(f"invalid {where}: {reason}")
 
 
-
 class ConflictError(TidelogError):
     """An append's ``expected_head`` did not match the session's actual head.
 
@@ -257,10 +256,6 @@ class SnapshotExpiredError(TidelogError):
         self.session_id = session_id
         self.as_of_seq = as_of_seq
         super().__init__(f"snapshot of session {session_id!r} at seq {as_of_seq} expired: {reason}")
-
-
-
-
 
 
 class UnsupportedFormatError(TidelogError):

@@ -17,6 +17,8 @@ from typing import TypeVar
 
 import attrs
 
+from ._batching import BatchingStore, check_ops, check_replace, resent_tail, run_batch
+from ._batching import session_ids_of as _session_ids
 from .contract import (
     AppendOp,
     BatchResult,
@@ -26,12 +28,9 @@ from .contract import (
     Store,
     TruncateOp,
     WriteOp,
-    check_ops,
-    check_replace,
 )
 from .errors import (
     ClosedError,
-    ConflictError,
     InvalidArgumentError,
     OwnershipLostError,
     SessionExistsError,
@@ -43,7 +42,6 @@ from .errors import (
 from .leases import holder_is_dead
 from .records import (
     JSON,
-    NewEvent,
     SessionInfo,
     StoredEvent,
     check_count,
@@ -51,7 +49,6 @@ from .records import (
     decode_json,
     encode_json,
     events_from_rows,
-    prepare_events,
     validate_header,
     validate_session_id,
 )
@@ -101,7 +98,7 @@ class _State:
     version: int = 0  # bumped on every commit
 
 
-class MemoryStore:
+class MemoryStore(BatchingStore):
     """An in-memory :class:`~stores.contract.Store`. ``durable`` is False."""
 
     durable = False
@@ -149,39 +146,18 @@ class MemoryStore:
             self._commit(state)
             return session.info(session_id)
 
-    def append(
-        self, session_id: str, events: Sequence[NewEvent], *, expected_head: int | None = None
-    ) -> int:
-        """See :meth:`Store.append`."""
-        validate_session_id(session_id)
-        check_seq(expected_head, "expected_head", allow_none=True)
-        prepared = tuple(prepare_events(events))
-        [result] = self.write_batch([AppendOp(session_id, prepared, expected_head)])
-        if isinstance(result, TidelogError):
-            raise result
-        return result
-
     def write_batch(self, ops: Sequence[WriteOp], *, sync: bool = False) -> list[BatchResult]:
         """See :meth:`Store.write_batch`. Memory is as durable as it gets at commit."""
         check_ops(ops)
-        results: list[BatchResult] = []
-        failed: dict[str, TidelogError] = {}
+        return run_batch(ops, self._batch(), self._apply_op)
+
+    @contextmanager
+    def _batch(self) -> Iterator[_State]:
+        """A batch's "transaction": the lock (each op is atomic on its own, see
+        :meth:`_apply_op`); afterwards this handle has seen its own commits."""
         with self._locked() as state:
-            now = time.time()
-            for op in ops:
-                ids = _session_ids(op)
-                earlier = next((failed[i] for i in ids if i in failed), None)
-                if earlier is not None:
-                    results.append(earlier)
-                    continue
-                try:
-                    results.append(self._apply_op(state, op, now))
-                except TidelogError as exc:
-                    for session_id in ids:
-                        failed[session_id] = exc
-                    results.append(exc)
+            yield state
             self._seen_version = state.version
-        return results
 
     def _apply_op(self, state: _State, op: WriteOp, now: float) -> int:
         if isinstance(op, AppendOp):
@@ -236,16 +212,8 @@ class MemoryStore:
         self._check_owner(state, op.session_id, op.owner)
         events = op.events
         if op.expected_head is not None and op.expected_head != head:
-            landed = head - op.expected_head
-            if not (
-                op.retry
-                and session is not None
-                and 0 < landed <= len(events)
-                and [(r[2], r[3], r[4]) for r in session.rows[op.expected_head :]]
-                == [(e.kind, e.data_json, e.run_id) for e in events[:landed]]
-            ):
-                raise ConflictError(op.session_id, op.expected_head, head)
-            events = events[landed:]  # an earlier attempt landed this prefix
+            rows = [] if session is None else session.rows
+            events = resent_tail(op, head, lambda lo, hi: [r[2:] for r in rows[lo:hi]])
         if not events:
             return head
         if session is None:
@@ -258,11 +226,6 @@ class MemoryStore:
         session.updated_at = now
         state.version += 1
         return len(session.rows)
-
-    def sync(self) -> None:
-        """See :meth:`Store.sync` (nothing to do in memory)."""
-        with self._locked():
-            pass
 
     def delete(self, session_id: str) -> bool:
         """See :meth:`Store.delete`."""
@@ -511,12 +474,6 @@ class MemoryStore:
         """See :meth:`Store.close`."""
         with self._state.lock:
             self._closed = True
-
-
-def _session_ids(op: WriteOp) -> list[str]:
-    if isinstance(op, GroupOp):
-        return list(dict.fromkeys(member.session_id for member in op.ops))
-    return [op.session_id]
 
 
 def _restore(table: dict[str, T], key: str, value: T | None) -> None:

@@ -21,15 +21,8 @@ from typing import Any, Literal, TypeGuard
 import apsw
 
 from . import sqlite_ops as sqlops
-from .contract import (
-    AppendOp,
-    BatchResult,
-    GroupOp,
-    Pin,
-    Store,
-    WriteOp,
-    check_ops,
-)
+from ._batching import BatchingStore, check_ops, run_batch
+from .contract import AppendOp, BatchResult, Pin, Store, WriteOp
 from .errors import (
     ClosedError,
     InvalidArgumentError,
@@ -37,12 +30,10 @@ from .errors import (
     SessionExistsError,
     SessionOwnedError,
     SnapshotExpiredError,
-    TidelogError,
 )
 from .leases import holder_is_dead
 from .records import (
     JSON,
-    NewEvent,
     SessionInfo,
     StoredEvent,
     check_count,
@@ -50,13 +41,20 @@ from .records import (
     decode_json,
     decode_json_object,
     events_from_rows,
-    prepare_events,
     validate_header,
     validate_session_id,
 )
 from .sqlite_lineage import find_run as lineage_find_run
-from .sqlite_lineage import fork_session
-from .sqlite_schema import Synchronous, check_integrity, map_errors, open_connection
+from .sqlite_lineage import fork_session, ranges_of
+from .sqlite_schema import (
+    Synchronous,
+    check_integrity,
+    map_errors,
+    one,
+    open_connection,
+    savepoint,
+    transaction,
+)
 
 __all__ = ["CHECKPOINT_FALLBACK_PAGES", "Checkpoints", "SqliteStore"]
 
@@ -85,11 +83,10 @@ def _plain_appends(ops: Sequence[WriteOp]) -> TypeGuard[Sequence[AppendOp]]:
     return len({op.session_id for op in ops}) == len(ops)
 
 
-def _session_ids(op: WriteOp) -> list[str]:
-    """The sessions an op touches (several for a group)."""
-    if isinstance(op, GroupOp):
-        return list(dict.fromkeys(member.session_id for member in op.ops))
-    return [op.session_id]
+def _apply_isolated(conn: apsw.Connection, op: WriteOp, now: float) -> int:
+    """One op of a general batch, in a savepoint of its own (see :func:`run_batch`)."""
+    with savepoint(conn):
+        return sqlops.apply_op(conn, op, now)
 
 
 def _info(row: Sequence[Any]) -> SessionInfo:
@@ -101,7 +98,7 @@ def _info(row: Sequence[Any]) -> SessionInfo:
     return SessionInfo(session_id, head, created_at, updated_at, header, parent)
 
 
-class SqliteStore:
+class SqliteStore(BatchingStore):
     """A :class:`~stores.contract.Store` in one SQLite file (WAL, apsw).
 
     Args:
@@ -191,12 +188,14 @@ class SqliteStore:
 
     @contextmanager
     def _write(
-        self, what: str, *, sync: bool = False, fast_append: bool = False
+        self, what: str, *, sync: bool = False, fast_append: bool = False, touch: bool = False
     ) -> Iterator[apsw.Connection]:
         """One ``BEGIN IMMEDIATE`` transaction; rolled back whole on any exception.
 
         Any write but the append fast path's (``fast_append``) may change heads or leases
         behind that path's memory (:class:`~stores.sqlite_ops.KnownHeads`): it is forgotten.
+        ``touch`` writes a counter, for a ``sync`` transaction that writes nothing else
+        (an empty transaction would not reach the WAL, so it would not fsync it).
         """
         with self._connection(what) as conn:
             if not fast_append:
@@ -205,18 +204,11 @@ class SqliteStore:
             if full:
                 conn.execute("PRAGMA synchronous=FULL")
             try:
-                conn.execute("BEGIN IMMEDIATE")
-                try:
+                with transaction(conn, "BEGIN IMMEDIATE"):
                     yield conn
-                    conn.execute("COMMIT")
-                except BaseException:
-                    if not conn.get_autocommit():
-                        conn.execute("ROLLBACK")
-                    raise
-                if full or self.synchronous == "full":
-                    self._unsynced = False
-                else:
-                    self._unsynced = True
+                    if touch:
+                        conn.execute("UPDATE meta SET value=value+1 WHERE key='sync_epoch'")
+                self._unsynced = not (full or self.synchronous == "full")
                 if self.wal_pages >= CHECKPOINT_FALLBACK_PAGES:
                     self._fallback_checkpoint(conn)
             finally:
@@ -246,20 +238,9 @@ class SqliteStore:
             )
             return SessionInfo(session_id, 0, now, now, decode_json_object(header_json))
 
-    def append(
-        self, session_id: str, events: Sequence[NewEvent], *, expected_head: int | None = None
-    ) -> int:
-        """See :meth:`Store.append`."""
-        validate_session_id(session_id)
-        check_seq(expected_head, "expected_head", allow_none=True)
-        prepared = tuple(prepare_events(events))
-        [result] = self.write_batch([AppendOp(session_id, prepared, expected_head)])
-        if isinstance(result, TidelogError):
-            raise result
-        return result
-
     def write_batch(self, ops: Sequence[WriteOp], *, sync: bool = False) -> list[BatchResult]:
-        """See :meth:`Store.write_batch`: one transaction, a savepoint per op."""
+        """See :meth:`Store.write_batch`: one transaction, a savepoint per op -- or, for
+        appends to distinct sessions, a handful of statements for the whole batch."""
         check_ops(ops)
         writes = any(not isinstance(op, AppendOp) or op.events for op in ops)
         if not writes and not (sync and self._needs_sync()):
@@ -267,43 +248,17 @@ class SqliteStore:
             with self._connection("write_batch") as conn:
                 return [sqlops.check_op(conn, op) for op in ops]
         if _plain_appends(ops):
-            with self._write("write_batch", sync=sync, fast_append=True) as conn:
+            with self._write("write_batch", sync=sync, fast_append=True, touch=not writes) as conn:
                 results, committed = sqlops.append_many(conn, ops, time.time(), self._known)
-                if not writes:
-                    conn.execute("UPDATE meta SET value=value+1 WHERE key='sync_epoch'")
             committed()
             return results
-        results = []
-        failed: dict[str, TidelogError] = {}
-        with self._write("write_batch", sync=sync) as conn:
-            now = time.time()
-            for op in ops:
-                ids = _session_ids(op)
-                earlier = next((failed[i] for i in ids if i in failed), None)
-                if earlier is not None:
-                    results.append(earlier)
-                    continue
-                conn.execute("SAVEPOINT op")
-                try:
-                    results.append(sqlops.apply_op(conn, op, now))
-                except TidelogError as exc:
-                    conn.execute("ROLLBACK TO op")
-                    for session_id in ids:
-                        failed[session_id] = exc
-                    results.append(exc)
-                finally:
-                    conn.execute("RELEASE op")
-            if not writes:
-                conn.execute("UPDATE meta SET value=value+1 WHERE key='sync_epoch'")
-        return results
+        return run_batch(
+            ops, self._write("write_batch", sync=sync, touch=not writes), _apply_isolated
+        )
 
     def _needs_sync(self) -> bool:
         """True if commits of this handle are not yet fsynced."""
         return self._unsynced and self.synchronous == "normal"
-
-    def sync(self) -> None:
-        """See :meth:`Store.sync`."""
-        self.write_batch([], sync=True)
 
     def delete(self, session_id: str) -> bool:
         """See :meth:`Store.delete`."""
@@ -357,7 +312,7 @@ class SqliteStore:
             if pin is None:
                 rows = sqlops.read_session_rows(conn, session_id, since_seq, until, limit, from_end)
             else:
-                with sqlops.read_transaction(conn):
+                with transaction(conn):
                     sqlops.check_pin(conn, session_id, pin)
                     rows = sqlops.read_session_rows(
                         conn, session_id, since_seq, until, limit, from_end
@@ -396,13 +351,13 @@ class SqliteStore:
             row = conn.execute("SELECT sid FROM sessions WHERE id=?", (session_id,)).fetchone()
             if row is None:
                 return None
-            return lineage_find_run(conn, sqlops.ranges_of(conn, row[0]), run_id)
+            return lineage_find_run(conn, ranges_of(conn, row[0]), run_id)
 
     def refresh_pin(self, pin: Pin) -> Pin:
         """See :meth:`Store.refresh_pin`."""
-        with self._connection("refresh_pin") as conn, sqlops.read_transaction(conn):
+        with self._connection("refresh_pin") as conn, transaction(conn):
             sqlops.check_pin(conn, pin.session_id, pin)
-            head, epoch = sqlops.one(
+            head, epoch = one(
                 conn, "SELECT head, epoch FROM sessions WHERE sid=?", (pin.incarnation,)
             )
         return Pin(pin.session_id, head, pin.incarnation, epoch)
@@ -434,7 +389,7 @@ class SqliteStore:
     def load_projection(self, session_id: str, name: str, version: int) -> tuple[int, str] | None:
         """See :meth:`Store.load_projection`."""
         validate_session_id(session_id)
-        with self._connection("load_projection") as conn, sqlops.read_transaction(conn):
+        with self._connection("load_projection") as conn, transaction(conn):
             row = conn.execute(
                 "SELECT p.sid, p.version, p.seq, p.epoch, p.state FROM projections AS p "
                 "JOIN sessions AS s ON s.sid = p.sid WHERE s.id=? AND p.name=?",
@@ -537,7 +492,7 @@ class SqliteStore:
     def data_version(self) -> int:
         """``PRAGMA data_version``: changes when another connection or process commits."""
         with self._connection("data_version") as conn:
-            return int(sqlops.one(conn, "PRAGMA data_version")[0])
+            return int(one(conn, "PRAGMA data_version")[0])
 
     def clone(self) -> SqliteStore:
         """Another connection to the same file with the same settings."""

@@ -8,13 +8,13 @@ on the connection's owner thread; none commits. Errors are tidelog errors (the c
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable, Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, cast
 
 import apsw
 import attrs
 
+from ._batching import StoredTail, check_replace, resent_tail
 from .contract import (
     AppendOp,
     BatchResult,
@@ -23,7 +23,6 @@ from .contract import (
     ReplaceOp,
     TruncateOp,
     WriteOp,
-    check_replace,
 )
 from .errors import (
     ConflictError,
@@ -34,41 +33,8 @@ from .errors import (
     TidelogError,
 )
 from .records import PreparedEvent, decode_json, encode_id_list
-from .sqlite_lineage import pieces, protect_children, read_rows
-
-
-@contextmanager
-def read_transaction(conn: apsw.Connection) -> Iterator[None]:
-    """A short deferred read transaction: one consistent view for several statements.
-
-    Ends with COMMIT, or ROLLBACK on an error -- unless SQLite already ended it (an I/O
-    error rolls the transaction back itself), so the original error is what propagates.
-    """
-    conn.execute("BEGIN")
-    try:
-        yield
-    except BaseException:
-        if not conn.get_autocommit():
-            conn.execute("ROLLBACK")
-        raise
-    if not conn.get_autocommit():
-        conn.execute("COMMIT")
-
-
-def one(conn: apsw.Connection, sql: str, args: tuple[Any, ...] = ()) -> tuple[Any, ...]:
-    """Run a query that always yields exactly one row and return it."""
-    row = conn.execute(sql, args).fetchone()
-    assert row is not None, sql
-    return tuple(row)
-
-
-def ranges_of(conn: apsw.Connection, sid: int) -> list[tuple[int, int, int]]:
-    """The ``(sid, lo, hi)`` ranges of a session's log (one unless it is a fork)."""
-    base_sid, base_seq, head = one(
-        conn, "SELECT base_sid, base_seq, head FROM sessions WHERE sid=?", (sid,)
-    )
-    return pieces(conn, sid, base_sid, base_seq, head)
-
+from .sqlite_lineage import pieces, protect_children, ranges_of, read_rows
+from .sqlite_schema import INSERT_EVENT, one
 
 #: What a session's row and lease held after this connection's last commit:
 #: ``(sid, head, lease owner or None)``.
@@ -148,10 +114,7 @@ def append_many(
                 raise OwnershipLostError(op.session_id)
             events = op.events
             if op.expected_head is not None and op.expected_head != head:
-                done = landed(conn, sid, op, head) if op.retry and sid is not None else 0
-                if not done:
-                    raise ConflictError(op.session_id, op.expected_head, head)
-                events = events[done:]
+                events = resent_tail(op, head, stored_tail(conn, sid))
         except TidelogError as exc:
             results.append(exc)
             if sid is not None:
@@ -178,10 +141,7 @@ def append_many(
             rows_after[op.session_id] = (sid, head, owner)
         results.append(head)
     if events_rows:
-        conn.executemany(
-            "INSERT INTO events(sid, seq, ts, kind, data, run_id) VALUES (?,?,?,?,?,?)",
-            events_rows,
-        )
+        conn.executemany(INSERT_EVENT, events_rows)
         conn.executemany("UPDATE sessions SET head=?, updated_at=? WHERE sid=?", updates)
     return results, functools.partial(known.committed, version, rows_after, fresh=fresh)
 
@@ -227,7 +187,7 @@ def insert_events(
     if not events:
         return
     conn.executemany(
-        "INSERT INTO events(sid, seq, ts, kind, data, run_id) VALUES (?,?,?,?,?,?)",
+        INSERT_EVENT,
         [
             (sid, head + i, now, ev.kind, ev.data_json, ev.run_id)
             for i, ev in enumerate(events, start=1)
@@ -269,10 +229,7 @@ def apply_append(conn: apsw.Connection, op: AppendOp, now: float) -> int:
     check_owner(conn, op.session_id, op.owner)
     events = op.events
     if op.expected_head is not None and op.expected_head != head:
-        done = landed(conn, row[0], op, head) if op.retry and row else 0
-        if not done:
-            raise ConflictError(op.session_id, op.expected_head, head)
-        events = events[done:]  # an earlier attempt landed this prefix
+        events = resent_tail(op, head, stored_tail(conn, None if row is None else row[0]))
     if not events:
         return head
     if row is None:
@@ -287,16 +244,16 @@ def apply_append(conn: apsw.Connection, op: AppendOp, now: float) -> int:
     return head + len(events)
 
 
-def landed(conn: apsw.Connection, sid: int, op: AppendOp, head: int) -> int:
-    """How many of a resent op's events already stand after ``expected_head`` (0 if
-    what stands there is not exactly a prefix of them)."""
-    assert op.expected_head is not None
-    landed = head - op.expected_head
-    if not 0 < landed <= len(op.events):
-        return 0
-    rows = read_rows(conn, ranges_of(conn, sid), op.expected_head, head, None, False)
-    mine = [(e.kind, e.data_json, e.run_id) for e in op.events[:landed]]
-    return landed if [tuple(r[2:]) for r in rows] == mine else 0
+def stored_tail(conn: apsw.Connection, sid: int | None) -> StoredTail:
+    """What :func:`~stores._batching.resent_tail` compares a resent op with: the
+    ``(kind, data, run_id)`` of the session's events in ``(lo, hi]`` (forks included)."""
+
+    def read(lo: int, hi: int) -> list[tuple[str, str, str | None]]:
+        assert sid is not None  # asked only about events that stand
+        rows = read_rows(conn, ranges_of(conn, sid), lo, hi, None, False)
+        return [(row[2], row[3], row[4]) for row in rows]
+
+    return read
 
 
 def delete_session(conn: apsw.Connection, session_id: str) -> bool:

@@ -1,4 +1,6 @@
-"""The SQLite file format of tidelog: schema, markers, migrations and connection setup.
+"""The SQLite file format of tidelog: schema, markers, migrations and connection setup,
+and the few connection helpers every SQLite module uses (:func:`one`,
+:func:`transaction`, :func:`savepoint`).
 
 Every connection tidelog opens goes through :func:`open_connection`, the one place where
 pragmas are set and the file's identity is checked. Nothing here is called on a trio thread.
@@ -15,7 +17,7 @@ import contextlib
 import os
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import Literal
+from typing import Any, Literal
 
 import apsw
 
@@ -32,11 +34,15 @@ from .errors import (
 
 __all__ = [
     "APPLICATION_ID",
+    "INSERT_EVENT",
     "MIGRATIONS",
     "SCHEMA_VERSION",
     "Synchronous",
     "map_errors",
+    "one",
     "open_connection",
+    "savepoint",
+    "transaction",
 ]
 
 #: ``PRAGMA application_id`` of every tidelog database: the bytes "tdlg".
@@ -154,6 +160,55 @@ def _scalar(conn: apsw.Connection, sql: str) -> object:
     return None if row is None else row[0]
 
 
+# -- statements every module uses ----------------------------------------------------------
+
+#: The one statement that stores events (appends, rewrites, copies protecting a fork).
+INSERT_EVENT = "INSERT INTO events(sid, seq, ts, kind, data, run_id) VALUES (?,?,?,?,?,?)"
+
+
+def one(conn: apsw.Connection, sql: str, args: tuple[Any, ...] = ()) -> tuple[Any, ...]:
+    """Run a query that always yields exactly one row and return it."""
+    row = conn.execute(sql, args).fetchone()
+    assert row is not None, sql
+    return tuple(row)
+
+
+@contextmanager
+def transaction(conn: apsw.Connection, begin: str = "BEGIN") -> Iterator[None]:
+    """One transaction around the block: ``begin`` (``"BEGIN"`` for a read,
+    ``"BEGIN IMMEDIATE"`` for a write), COMMIT at the end, ROLLBACK on any exception.
+
+    The rollback is skipped when SQLite already ended the transaction itself (an I/O error
+    rolls it back), so the original error is what propagates. A read transaction that
+    ended that way has nothing left to commit; a write transaction always runs its COMMIT,
+    so one that SQLite ended early fails there instead of passing for committed.
+    """
+    conn.execute(begin)
+    try:
+        yield
+    except BaseException:
+        if not conn.get_autocommit():
+            conn.execute("ROLLBACK")
+        raise
+    if begin != "BEGIN" or not conn.get_autocommit():
+        conn.execute("COMMIT")
+
+
+@contextmanager
+def savepoint(conn: apsw.Connection) -> Iterator[None]:
+    """Make the block atomic inside the caller's transaction: on any exception its changes
+    are rolled back (the transaction goes on) and the exception propagates."""
+    conn.execute("SAVEPOINT op")
+    try:
+        yield
+    except BaseException:
+        if not conn.get_autocommit():  # else SQLite already rolled everything back
+            conn.execute("ROLLBACK TO op")
+            conn.execute("RELEASE op")
+        raise
+    conn.execute("RELEASE op")
+
+
 def _check_identity(conn: apsw.Connection) -> int:
     """Return the file's schema version, or raise if it is not ours (reads only)."""
     app_id = _scalar(conn, "PRAGMA application_id")
@@ -181,8 +236,7 @@ def _check_identity(conn: apsw.Connection) -> int:
 
 def _migrate(conn: apsw.Connection) -> None:
     """Bring the file to :data:`SCHEMA_VERSION` in one transaction (re-checked inside)."""
-    conn.execute("BEGIN IMMEDIATE")
-    try:
+    with transaction(conn, "BEGIN IMMEDIATE"):
         version = _check_identity(conn)
         while version < SCHEMA_VERSION:
             try:
@@ -196,11 +250,6 @@ def _migrate(conn: apsw.Connection) -> None:
             version += 1
         conn.execute(f"PRAGMA application_id={APPLICATION_ID}")
         conn.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
-        conn.execute("COMMIT")
-    except BaseException:
-        if not conn.get_autocommit():
-            conn.execute("ROLLBACK")
-        raise
 
 
 _MAGIC = b"SQLite format 3\x00"
