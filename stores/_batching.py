@@ -36,6 +36,7 @@ from .records import (
     _KNOWN_IDS,
     NewEvent,
     PreparedEvent,
+    check_flag,
     check_seq,
     prepare_events,
     validate_session_id,
@@ -61,37 +62,36 @@ StoredTail = Callable[[int, int], Sequence[tuple[str, str, str | None]]]
 # -- what write_batch accepts -----------------------------------------------------------
 
 
-def check_ops(ops: object) -> None:
-    """Check the argument of ``write_batch``: a sequence of well-formed write ops.
+def check_ops(ops: object, sync: object = False) -> None:
+    """Check the arguments of ``write_batch``: a sequence of well-formed write ops, and
+    the ``sync`` flag.
 
     Raises :class:`~stores.errors.InvalidArgumentError` (or its subclasses
     :class:`~stores.errors.InvalidSessionIdError`, :class:`~stores.errors.InvalidEventError`)
     before anything is written."""
     if not isinstance(ops, Sequence) or isinstance(ops, str | bytes):
         raise InvalidArgumentError(f"ops must be a sequence, not {type(ops).__name__}")
+    check_flag(sync, "sync")
+    known, prepared = _KNOWN_IDS, PreparedEvent
     for op in ops:
-        if type(op) is AppendOp and _plain_append_ok(op):
-            continue  # the usual op, well-formed: no further checks
+        # The usual op, checked inline (this runs for every op of every batch): an append
+        # to a known id, no resend, no expected head or one within 64 bits.
+        if type(op) is AppendOp:
+            head = op.expected_head
+            events = op.events
+            if (
+                op.session_id in known
+                and (head is None or (type(head) is int and 0 <= head <= 0x7FFF_FFFF_FFFF_FFFF))
+                and op.retry is False
+                and type(events) is tuple
+                and (
+                    type(events[0]) is prepared
+                    if len(events) == 1  # one awaited append
+                    else all(type(event) is prepared for event in events)
+                )
+            ):
+                continue
         _check_member(op, in_group=False)
-
-
-def _plain_append_ok(op: AppendOp) -> bool:
-    """True if ``op`` is certainly well-formed (a quick check; False means "look closer").
-
-    This runs for every op of every batch: keep it to a few comparisons."""
-    head = op.expected_head
-    events = op.events
-    return (
-        op.session_id in _KNOWN_IDS
-        and (head is None or (type(head) is int and 0 <= head <= 0x7FFF_FFFF_FFFF_FFFF))
-        and op.retry is False
-        and type(events) is tuple
-        and (
-            type(events[0]) is PreparedEvent
-            if len(events) == 1  # the usual op: one awaited append
-            else all(type(event) is PreparedEvent for event in events)
-        )
-    )
 
 
 def _check_member(op: object, *, in_group: bool) -> None:

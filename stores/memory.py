@@ -28,25 +28,33 @@ from .contract import (
     Store,
     TruncateOp,
     WriteOp,
+    check_fork,
+    check_lease_args,
+    check_pin,
+    check_projection_args,
+    check_read_args,
+    check_session_ids,
+    check_text,
+    fork_header,
 )
 from .errors import (
     ClosedError,
-    InvalidArgumentError,
     OwnershipLostError,
     SessionExistsError,
-    SessionNotFoundError,
     SessionOwnedError,
     SnapshotExpiredError,
     TidelogError,
 )
-from .leases import holder_is_dead
+from .leases import lease_is_free
 from .records import (
     JSON,
     SessionInfo,
     StoredEvent,
     check_count,
+    check_flag,
     check_seq,
     decode_json,
+    decode_json_object,
     encode_json,
     events_from_rows,
     validate_header,
@@ -135,6 +143,7 @@ class MemoryStore(BatchingStore):
         """See :meth:`Store.create`."""
         validate_session_id(session_id)
         header_json = validate_header(header)
+        check_flag(exist_ok, "exist_ok")
         with self._locked() as state:
             existing = state.sessions.get(session_id)
             if existing is not None:
@@ -148,7 +157,7 @@ class MemoryStore(BatchingStore):
 
     def write_batch(self, ops: Sequence[WriteOp], *, sync: bool = False) -> list[BatchResult]:
         """See :meth:`Store.write_batch`. Memory is as durable as it gets at commit."""
-        check_ops(ops)
+        check_ops(ops, sync)
         return run_batch(ops, self._batch(), self._apply_op)
 
     @contextmanager
@@ -252,23 +261,18 @@ class MemoryStore(BatchingStore):
         validate_session_id(source_id)
         validate_session_id(new_id)
         check_seq(at_seq, "at_seq", allow_none=True)
-        extra = decode_json(validate_header(header))
-        assert isinstance(extra, dict)
+        extra = decode_json_object(validate_header(header))
         with self._locked() as state:
-            if new_id in state.sessions:
-                raise SessionExistsError(new_id)
             source = state.sessions.get(source_id)
-            if source is None:
-                raise SessionNotFoundError(source_id)
-            at = len(source.rows) if at_seq is None else at_seq
-            if at > len(source.rows):
-                raise InvalidArgumentError(
-                    f"at_seq {at} is past the head {len(source.rows)} of session {source_id!r}"
-                )
-            merged = decode_json(source.header_json)
-            assert isinstance(merged, dict)
-            merged.update(extra)
-            merged.update({"forked_from": source_id, "fork_seq": at})
+            at = check_fork(
+                source_id,
+                new_id,
+                at_seq,
+                target_exists=new_id in state.sessions,
+                source_head=None if source is None else len(source.rows),
+            )
+            assert source is not None
+            merged = fork_header(decode_json_object(source.header_json), extra, source_id, at)
             child = self._new_session(state, encode_json(merged), time.time())
             child.parent = (source_id, at)
             child.rows = source.rows[:at]
@@ -309,17 +313,14 @@ class MemoryStore(BatchingStore):
     ) -> list[StoredEvent]:
         """See :meth:`Store.read`."""
         validate_session_id(session_id)
-        check_seq(since_seq, "since_seq")
-        check_seq(until_seq, "until_seq", allow_none=True)
-        check_count(limit, "limit")
+        until = check_read_args(since_seq, until_seq, limit, pin, from_end)
         with self._locked() as state:
             session = state.sessions.get(session_id)
             if pin is not None:
                 _check_pin(session_id, session, pin)
-                until_seq = pin.as_of_seq if until_seq is None else min(until_seq, pin.as_of_seq)
             if session is None:
                 return []
-            stop = len(session.rows) if until_seq is None else min(until_seq, len(session.rows))
+            stop = len(session.rows) if until is None else min(until, len(session.rows))
             start = since_seq
             if limit is not None and from_end:
                 start = max(start, stop - limit)
@@ -354,6 +355,7 @@ class MemoryStore(BatchingStore):
     def find_run(self, session_id: str, run_id: str) -> tuple[int, int] | None:
         """See :meth:`Store.find_run`."""
         validate_session_id(session_id)
+        check_text(run_id, "run_id")
         with self._locked() as state:
             session = state.sessions.get(session_id)
             if session is None:
@@ -363,6 +365,7 @@ class MemoryStore(BatchingStore):
 
     def refresh_pin(self, pin: Pin) -> Pin:
         """See :meth:`Store.refresh_pin`."""
+        check_pin(pin)
         with self._locked() as state:
             session = state.sessions.get(pin.session_id)
             _check_pin(pin.session_id, session, pin)
@@ -381,6 +384,8 @@ class MemoryStore(BatchingStore):
 
     def save_projection(self, pin: Pin, name: str, version: int, state_json: str) -> None:
         """See :meth:`Store.save_projection`."""
+        check_pin(pin)
+        check_projection_args(name, version, state_json)
         with self._locked() as state:
             session = state.sessions.get(pin.session_id)
             if session is not None and session.incarnation == pin.incarnation:
@@ -389,6 +394,7 @@ class MemoryStore(BatchingStore):
     def load_projection(self, session_id: str, name: str, version: int) -> tuple[int, str] | None:
         """See :meth:`Store.load_projection`."""
         validate_session_id(session_id)
+        check_projection_args(name, version)
         with self._locked() as state:
             session = state.sessions.get(session_id)
             saved = None if session is None else session.projections.get(name)
@@ -405,21 +411,19 @@ class MemoryStore(BatchingStore):
     def acquire_lease(self, session_id: str, owner: str, *, ttl: float, holder: str) -> None:
         """See :meth:`Store.acquire_lease`."""
         validate_session_id(session_id)
+        check_lease_args(owner, ttl=ttl, holder=holder)
         with self._locked() as state:
             now = time.time()
             lease = state.leases.get(session_id)
-            if (
-                lease is not None
-                and lease.owner != owner
-                and lease.expires > now
-                and not holder_is_dead(lease.holder)
-            ):
-                raise SessionOwnedError(session_id, lease.holder)
+            held = None if lease is None else (lease.owner, lease.holder, lease.expires)
+            if held is not None and not lease_is_free(held, owner, now):
+                raise SessionOwnedError(session_id, held[1])
             state.leases[session_id] = _Lease(owner, holder, now + ttl)
 
     def renew_lease(self, session_id: str, owner: str, *, ttl: float) -> None:
         """See :meth:`Store.renew_lease`."""
         validate_session_id(session_id)
+        check_lease_args(owner, ttl=ttl)
         with self._locked() as state:
             lease = state.leases.get(session_id)
             if lease is None or lease.owner != owner:
@@ -428,10 +432,12 @@ class MemoryStore(BatchingStore):
 
     def renew_leases(self, owner: str, session_ids: Sequence[str], *, ttl: float) -> list[str]:
         """See :meth:`Store.renew_leases`."""
+        ids = check_session_ids(session_ids)
+        check_lease_args(owner, ttl=ttl)
         lost: list[str] = []
         with self._locked() as state:
             expires = time.time() + ttl
-            for session_id in session_ids:
+            for session_id in ids:
                 lease = state.leases.get(session_id)
                 if lease is None or lease.owner != owner:
                     lost.append(session_id)
@@ -442,6 +448,7 @@ class MemoryStore(BatchingStore):
     def release_lease(self, session_id: str, owner: str) -> None:
         """See :meth:`Store.release_lease`."""
         validate_session_id(session_id)
+        check_lease_args(owner)
         with self._locked() as state:
             lease = state.leases.get(session_id)
             if lease is not None and lease.owner == owner:

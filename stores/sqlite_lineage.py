@@ -17,9 +17,9 @@ from typing import Any
 
 import apsw
 
-from .errors import InvalidArgumentError, SessionExistsError, SessionNotFoundError
+from .contract import check_fork, fork_header
 from .records import JSON, SessionInfo, decode_json_object, encode_json
-from .sqlite_schema import INSERT_EVENT, one
+from .sqlite_base import INSERT_EVENT, one
 
 __all__ = ["find_run", "fork_session", "pieces", "protect_children", "ranges_of", "read_rows"]
 
@@ -32,36 +32,37 @@ def fork_session(
     conn: apsw.Connection,
     source_id: str,
     new_id: str,
-    at_seq: int | None,
+    at_seq: object,
     header: dict[str, JSON],
     now: float,
 ) -> SessionInfo:
     """Create ``new_id`` as a fork of ``source_id`` at ``at_seq`` (its head if None): one
     session row whose base is the session that stores the events at the fork point. The
-    child's header is the source's, updated with ``header``, ``forked_from`` and
-    ``fork_seq``. Runs in the caller's write transaction; arguments are validated.
+    child's header is :func:`~stores.contract.fork_header`'s. Runs in the caller's write
+    transaction; the ids and ``header`` are validated, ``at_seq`` is checked here, after
+    the lookups (:func:`~stores.contract.check_fork`'s order).
 
     Raises :class:`SessionExistsError`, :class:`SessionNotFoundError`, or
-    :class:`InvalidArgumentError` for an ``at_seq`` past the source's head."""
-    if conn.execute("SELECT 1 FROM sessions WHERE id=?", (new_id,)).fetchone():
-        raise SessionExistsError(new_id)
+    :class:`InvalidArgumentError` for a bad ``at_seq``, in that order."""
+    target = conn.execute("SELECT 1 FROM sessions WHERE id=?", (new_id,)).fetchone()
     row = conn.execute(
         "SELECT sid, head, header, base_sid, base_seq FROM sessions WHERE id=?", (source_id,)
     ).fetchone()
-    if row is None:
-        raise SessionNotFoundError(source_id)
-    sid, head, header_json, base_sid, base_seq = row
-    at = head if at_seq is None else at_seq
-    if at > head:
-        raise InvalidArgumentError(f"at_seq {at} is past the head {head} of session {source_id!r}")
+    at = check_fork(
+        source_id,
+        new_id,
+        at_seq,
+        target_exists=target is not None,
+        source_head=None if row is None else int(row[1]),
+    )
+    assert row is not None  # check_fork refused an unknown source
+    sid, _, header_json, base_sid, base_seq = row
     while base_sid is not None and at <= base_seq:  # point at the events' owner
         sid = base_sid
         base_sid, base_seq = one(
             conn, "SELECT base_sid, base_seq FROM sessions WHERE sid=?", (sid,)
         )
-    merged = decode_json_object(header_json)
-    merged.update(header)
-    merged.update({"forked_from": source_id, "fork_seq": at})
+    merged = fork_header(decode_json_object(header_json), header, source_id, at)
     conn.execute(
         "INSERT INTO sessions(id, head, created_at, updated_at, header, parent_id, "
         "parent_seq, base_sid, base_seq) VALUES (?,?,?,?,?,?,?,?,?)",

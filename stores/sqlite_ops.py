@@ -27,14 +27,57 @@ from .contract import (
 from .errors import (
     ConflictError,
     InvalidArgumentError,
+    InvalidEventError,
     OwnershipLostError,
+    SessionExistsError,
     SnapshotExpiredError,
     StoreCorruptError,
     TidelogError,
 )
-from .records import PreparedEvent, decode_json, encode_id_list
+from .records import (
+    PreparedEvent,
+    SessionInfo,
+    decode_json,
+    decode_json_object,
+    encode_id_list,
+)
+from .sqlite_base import INSERT_EVENT, one
 from .sqlite_lineage import pieces, protect_children, ranges_of, read_rows
-from .sqlite_schema import INSERT_EVENT, one
+
+#: The columns :func:`session_info` builds a :class:`SessionInfo` from.
+INFO_COLUMNS = "id, head, created_at, updated_at, header, parent_id, parent_seq"
+
+
+def session_info(row: Sequence[Any]) -> SessionInfo:
+    """A :class:`SessionInfo` from an :data:`INFO_COLUMNS` row."""
+    session_id, head, created_at, updated_at, header_json, parent_id, parent_seq = row
+    parent = None if parent_id is None else (parent_id, parent_seq)
+    return SessionInfo(
+        session_id, head, created_at, updated_at, decode_json_object(header_json), parent
+    )
+
+
+def create_session(
+    conn: apsw.Connection, session_id: str, header_json: str, now: float, *, exist_ok: bool
+) -> SessionInfo:
+    """Create an empty session (see :meth:`Store.create <stores.contract.Store.create>`)."""
+    row = conn.execute(f"SELECT {INFO_COLUMNS} FROM sessions WHERE id=?", (session_id,)).fetchone()
+    if row is not None:
+        if exist_ok:
+            return session_info(row)
+        raise SessionExistsError(session_id)
+    new_session(conn, session_id, now, header_json)
+    return SessionInfo(session_id, 0, now, now, decode_json_object(header_json))
+
+
+def new_session(conn: apsw.Connection, session_id: str, now: float, header_json: str) -> int:
+    """Insert the row of a new, empty session; its sid."""
+    conn.execute(
+        "INSERT INTO sessions(id, created_at, updated_at, header) VALUES (?,?,?,?)",
+        (session_id, now, now, header_json),
+    )
+    return int(conn.last_insert_rowid())
+
 
 #: What a session's row and lease held after this connection's last commit:
 #: ``(sid, head, lease owner or None)``.
@@ -122,11 +165,7 @@ def append_many(
             continue
         if events:
             if sid is None:
-                conn.execute(
-                    "INSERT INTO sessions(id, created_at, updated_at, header) VALUES (?,?,?,?)",
-                    (op.session_id, now, now, op.header_json),
-                )
-                sid = conn.last_insert_rowid()
+                sid = new_session(conn, op.session_id, now, op.header_json)
             if len(events) == 1:  # the usual case: one awaited append
                 event = events[0]
                 events_rows.append((sid, head + 1, now, event.kind, event.data_json, event.run_id))
@@ -167,14 +206,7 @@ def replace_tail(conn: apsw.Connection, op: ReplaceOp, now: float) -> int:
     row = conn.execute("SELECT sid, head FROM sessions WHERE id=?", (op.session_id,)).fetchone()
     head = 0 if row is None else int(row[1])
     check_replace(op, head)
-    if row is None:
-        conn.execute(
-            "INSERT INTO sessions(id, created_at, updated_at) VALUES (?,?,?)",
-            (op.session_id, now, now),
-        )
-        sid = conn.last_insert_rowid()
-    else:
-        sid = row[0]
+    sid = new_session(conn, op.session_id, now, "{}") if row is None else row[0]
     truncate_session(conn, op.session_id, op.from_seq, now)
     insert_events(conn, sid, op.from_seq, op.events, now)
     return op.from_seq + len(op.events)
@@ -196,6 +228,33 @@ def insert_events(
     conn.execute(
         "UPDATE sessions SET head=?, updated_at=? WHERE sid=?", (head + len(events), now, sid)
     )
+
+
+def permanent_error(conn: apsw.Connection, op: WriteOp, exc: Exception) -> TidelogError | None:
+    """For :func:`~stores._batching.run_batch`: the op's own error for a driver failure
+    that retrying can never fix -- a value over this connection's length limit
+    (``TooBigError``): :class:`InvalidEventError` naming the op's largest event, the one
+    that cannot fit (``index`` None when the op has no events: its header did not fit).
+    ``None`` for any other failure, which fails the whole batch."""
+    if not isinstance(exc, apsw.TooBigError):
+        return None
+    limit = conn.limit(apsw.SQLITE_LIMIT_LENGTH, -1)
+    members = op.ops if isinstance(op, GroupOp) else (op,)
+    index, kind, size, session_id = None, None, -1, members[0].session_id
+    for member in members:
+        for i, event in enumerate(getattr(member, "events", ())):
+            bytes_ = len(event.data_json.encode()) + len(event.kind) + len(event.run_id or "")
+            if bytes_ > size:
+                index, kind, size, session_id = i, event.kind, bytes_, member.session_id
+    what = "this event" if index is not None else "a value of this op (its header)"
+    error = InvalidEventError(
+        index,
+        kind,
+        f"session {session_id!r}: {what} does not fit in this SQLite store (its length "
+        f"limit is {limit} bytes per value and per row); nothing of the op was written",
+    )
+    error.__cause__ = exc
+    return error
 
 
 def check_op(conn: apsw.Connection, op: WriteOp) -> BatchResult:
@@ -232,14 +291,7 @@ def apply_append(conn: apsw.Connection, op: AppendOp, now: float) -> int:
         events = resent_tail(op, head, stored_tail(conn, None if row is None else row[0]))
     if not events:
         return head
-    if row is None:
-        conn.execute(
-            "INSERT INTO sessions(id, created_at, updated_at, header) VALUES (?,?,?,?)",
-            (op.session_id, now, now, op.header_json),
-        )
-        sid = conn.last_insert_rowid()
-    else:
-        sid = row[0]
+    sid = new_session(conn, op.session_id, now, op.header_json) if row is None else row[0]
     insert_events(conn, sid, head, events, now)
     return head + len(events)
 
@@ -345,7 +397,10 @@ def read_session_rows(
         return []
     sid, base_sid, base_seq, head = row
     if base_sid is None and limit is not None and limit <= PACKED_READ_MAX:
-        return packed_rows(conn, session_id, sid, since, until, limit, from_end)
+        try:
+            return packed_rows(conn, session_id, sid, since, until, limit, from_end)
+        except apsw.TooBigError:
+            pass  # the packed text would pass the length limit: fetch row by row
     if base_sid is None:  # the common case: one range, one statement
         return [
             tuple(r)

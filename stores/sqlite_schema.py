@@ -1,6 +1,4 @@
-"""The SQLite file format of tidelog: schema, markers, migrations and connection setup,
-and the few connection helpers every SQLite module uses (:func:`one`,
-:func:`transaction`, :func:`savepoint`).
+"""The SQLite file format of tidelog: schema, markers, migrations and connection setup.
 
 Every connection tidelog opens goes through :func:`open_connection`, the one place where
 pragmas are set and the file's identity is checked. Nothing here is called on a trio thread.
@@ -15,34 +13,33 @@ from __future__ import annotations
 
 import contextlib
 import os
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
-from typing import Any, Literal
+from collections.abc import Callable
+from typing import Literal
 
 import apsw
 
 from .errors import (
-    ClosedError,
     InvalidArgumentError,
-    StoreBusyError,
     StoreCorruptError,
     StoreError,
     StoreIOError,
     TidelogError,
     UnsupportedFormatError,
 )
+from .records import check_flag
+from .sqlite_base import map_errors, transaction
 
 __all__ = [
     "APPLICATION_ID",
-    "INSERT_EVENT",
+    "MAX_BUSY_TIMEOUT_MS",
+    "MAX_LENGTH_LIMIT",
     "MIGRATIONS",
     "SCHEMA_VERSION",
     "Synchronous",
-    "map_errors",
-    "one",
+    "check_integrity",
+    "check_options",
+    "check_path",
     "open_connection",
-    "savepoint",
-    "transaction",
 ]
 
 #: ``PRAGMA application_id`` of every tidelog database: the bytes "tdlg".
@@ -126,87 +123,9 @@ MIGRATIONS: dict[int, Callable[[apsw.Connection], None]] = {
 }
 
 
-@contextmanager
-def map_errors(what: str) -> Iterator[None]:
-    """Translate apsw exceptions raised inside the block into tidelog errors.
-
-    ``what`` names the operation for the message. The apsw exception is kept as
-    ``__cause__``; no driver exception leaves this block.
-    """
-    try:
-        yield
-    except (apsw.BusyError, apsw.LockedError) as exc:
-        raise StoreBusyError(f"{what}: the database stayed locked ({exc})") from exc
-    except (apsw.CorruptError, apsw.NotADBError) as exc:
-        raise StoreCorruptError(f"{what}: the database file is corrupt ({exc})") from exc
-    except (
-        apsw.IOError,
-        apsw.FullError,
-        apsw.CantOpenError,
-        apsw.PermissionsError,
-        apsw.ReadOnlyError,
-    ) as exc:
-        raise StoreIOError(f"{what}: I/O failure ({exc})") from exc
-    except (apsw.ConnectionClosedError, apsw.CursorClosedError) as exc:
-        raise ClosedError(f"{what}: the connection is closed") from exc
-    except UnicodeDecodeError as exc:  # damaged text in a page that still parses
-        raise StoreCorruptError(f"{what}: stored text is not UTF-8 ({exc})") from exc
-    except apsw.Error as exc:
-        raise StoreError(f"{what}: {type(exc).__name__}: {exc}") from exc
-
-
 def _scalar(conn: apsw.Connection, sql: str) -> object:
     row = conn.execute(sql).fetchone()
     return None if row is None else row[0]
-
-
-# -- statements every module uses ----------------------------------------------------------
-
-#: The one statement that stores events (appends, rewrites, copies protecting a fork).
-INSERT_EVENT = "INSERT INTO events(sid, seq, ts, kind, data, run_id) VALUES (?,?,?,?,?,?)"
-
-
-def one(conn: apsw.Connection, sql: str, args: tuple[Any, ...] = ()) -> tuple[Any, ...]:
-    """Run a query that always yields exactly one row and return it."""
-    row = conn.execute(sql, args).fetchone()
-    assert row is not None, sql
-    return tuple(row)
-
-
-@contextmanager
-def transaction(conn: apsw.Connection, begin: str = "BEGIN") -> Iterator[None]:
-    """One transaction around the block: ``begin`` (``"BEGIN"`` for a read,
-    ``"BEGIN IMMEDIATE"`` for a write), COMMIT at the end, ROLLBACK on any exception.
-
-    The rollback is skipped when SQLite already ended the transaction itself (an I/O error
-    rolls it back), so the original error is what propagates. A read transaction that
-    ended that way has nothing left to commit; a write transaction always runs its COMMIT,
-    so one that SQLite ended early fails there instead of passing for committed.
-    """
-    conn.execute(begin)
-    try:
-        yield
-    except BaseException:
-        if not conn.get_autocommit():
-            conn.execute("ROLLBACK")
-        raise
-    if begin != "BEGIN" or not conn.get_autocommit():
-        conn.execute("COMMIT")
-
-
-@contextmanager
-def savepoint(conn: apsw.Connection) -> Iterator[None]:
-    """Make the block atomic inside the caller's transaction: on any exception its changes
-    are rolled back (the transaction goes on) and the exception propagates."""
-    conn.execute("SAVEPOINT op")
-    try:
-        yield
-    except BaseException:
-        if not conn.get_autocommit():  # else SQLite already rolled everything back
-            conn.execute("ROLLBACK TO op")
-            conn.execute("RELEASE op")
-        raise
-    conn.execute("RELEASE op")
 
 
 def _check_identity(conn: apsw.Connection) -> int:
@@ -283,14 +202,70 @@ def _create_file(path: str) -> None:
     os.close(fd)
 
 
+#: The longest ``busy_timeout_ms`` (SQLite takes a C ``int`` of milliseconds: ~24.8 days).
+MAX_BUSY_TIMEOUT_MS = 2**31 - 1
+#: The largest ``length_limit`` SQLite is built to accept here (its ``SQLITE_MAX_LENGTH``).
+MAX_LENGTH_LIMIT = 1_000_000_000
+
+
+def check_path(path: object) -> str:
+    """The file name of a database path (``str`` or ``os.PathLike``), refused with
+    :class:`InvalidArgumentError` if SQLite could not take it as a plain file name."""
+    if not isinstance(path, str | os.PathLike):
+        raise InvalidArgumentError(f"path must be a str or PathLike, not {type(path).__name__}")
+    name = os.fspath(path)
+    if not isinstance(name, str):
+        raise InvalidArgumentError(f"path must name a file with a str, not {name!r}")
+    if "\x00" in name:
+        raise InvalidArgumentError(f"path contains a NUL character: {name!r}")
+    try:
+        name.encode("utf-8")  # SQLite takes UTF-8 file names
+    except UnicodeEncodeError:
+        raise InvalidArgumentError(f"path is not valid UTF-8: {name!r}") from None
+    if not name or name == ":memory:" or name.startswith("file:"):
+        raise InvalidArgumentError(
+            f"path must name a file (use MemoryStore for in-memory data), not {name!r}"
+        )
+    return name
+
+
+def check_options(
+    *,
+    synchronous: object,
+    checkpoints: object,
+    busy_timeout_ms: object,
+    integrity_check: object,
+    length_limit: object,
+) -> None:
+    """Refuse bad options of an open with :class:`InvalidArgumentError` -- before any
+    file is created or opened."""
+    if synchronous not in ("normal", "full"):
+        raise InvalidArgumentError(f"synchronous must be 'normal' or 'full', not {synchronous!r}")
+    if checkpoints not in ("auto", "deferred"):
+        raise InvalidArgumentError(f"checkpoints must be 'auto' or 'deferred', not {checkpoints!r}")
+    if type(busy_timeout_ms) is not int or not 0 <= busy_timeout_ms <= MAX_BUSY_TIMEOUT_MS:
+        raise InvalidArgumentError(
+            f"busy_timeout_ms must be an int in 0..{MAX_BUSY_TIMEOUT_MS}, not {busy_timeout_ms!r}"
+        )
+    check_flag(integrity_check, "integrity_check_on_open")
+    if length_limit is not None and (
+        type(length_limit) is not int or not 1 <= length_limit <= MAX_LENGTH_LIMIT
+    ):
+        raise InvalidArgumentError(
+            f"length_limit must be None or an int in 1..{MAX_LENGTH_LIMIT}, not {length_limit!r}"
+        )
+
+
 def open_connection(
     path: str,
     *,
     synchronous: Synchronous,
     busy_timeout_ms: int,
     integrity_check: bool = False,
+    length_limit: int | None = None,
 ) -> apsw.Connection:
-    """Open, identify, migrate and configure one connection. The single place for setup.
+    """Open, identify, migrate and configure one connection for reads and writes, creating
+    the file if missing. Options are already checked (:func:`check_options`).
 
     Raises:
         UnsupportedFormatError: foreign or newer file (left untouched).
@@ -298,10 +273,6 @@ def open_connection(
         StoreIOError: the file cannot be created or opened.
         StoreBusyError: another process held the lock past ``busy_timeout_ms`` (setup).
     """
-    if synchronous not in ("normal", "full"):
-        raise InvalidArgumentError(f"synchronous must be 'normal' or 'full', not {synchronous!r}")
-    if type(busy_timeout_ms) is not int or busy_timeout_ms < 0:
-        raise InvalidArgumentError(f"busy_timeout_ms must be an int >= 0, not {busy_timeout_ms!r}")
     _create_file(path)
     _check_header(path)
     sidecars = {suffix: os.path.exists(path + suffix) for suffix in ("-wal", "-shm")}
@@ -330,6 +301,8 @@ def open_connection(
                     _scalar(conn, "PRAGMA journal_mode=WAL")
             conn.config(apsw.SQLITE_DBCONFIG_NO_CKPT_ON_CLOSE, 0)
             conn.execute(f"PRAGMA synchronous={synchronous.upper()}")
+            if length_limit is not None:
+                conn.limit(apsw.SQLITE_LIMIT_LENGTH, length_limit)
     except BaseException:
         conn.close()
         _remove_new_sidecars(path, sidecars)
