@@ -277,8 +277,11 @@ class Store(Protocol):
         and ``{"forked_from": source_id, "fork_seq": at_seq}``; ``parent`` is
         ``(source_id, at_seq)``.
 
-        Raises: :class:`SessionExistsError` (checked first), :class:`SessionNotFoundError`,
-        :class:`InvalidArgumentError` (``at_seq`` negative, past the head, not an int)."""
+        Raises, in this order: :class:`SessionExistsError`, :class:`SessionNotFoundError`,
+        :class:`InvalidArgumentError` (``at_seq`` negative, past the head, not an int).
+        The ids and ``header`` are checked before storage is touched; ``at_seq`` only once
+        both sessions were looked up (see :func:`check_fork`), so an existing target is
+        reported whatever ``at_seq`` is. Nothing is written unless all checks pass."""
         ...
 
     def truncate(self, session_id: str, to_seq: int) -> int:

@@ -260,7 +260,6 @@ class MemoryStore(BatchingStore):
         """See :meth:`Store.fork` (the rows are immutable tuples, shared not copied)."""
         validate_session_id(source_id)
         validate_session_id(new_id)
-        check_seq(at_seq, "at_seq", allow_none=True)
         extra = decode_json_object(validate_header(header))
         with self._locked() as state:
             source = state.sessions.get(source_id)

@@ -279,7 +279,6 @@ class SqliteStore(BatchingStore):
         :mod:`stores.sqlite_lineage`)."""
         validate_session_id(source_id)
         validate_session_id(new_id)
-        check_seq(at_seq, "at_seq", allow_none=True)
         extra = decode_json_object(validate_header(header))
         with self._write("fork") as conn:
             return fork_session(conn, source_id, new_id, at_seq, extra, time.time())
