@@ -174,6 +174,13 @@ class Store(Protocol):
     #: that leaves checkpoints to its owner (SQLite with ``checkpoints="deferred"``); 0
     #: otherwise. The owner calls :meth:`checkpoint_wal` (on any handle) when it grows.
     wal_pages: int
+    #: True for a handle that only reads (opened with ``read_only=True``, or a clone of
+    #: one): every write method -- :meth:`create`, :meth:`append`, :meth:`write_batch`,
+    #: :meth:`sync`, :meth:`truncate`, :meth:`delete`, :meth:`fork`, the lease methods,
+    #: :meth:`save_projection`, :meth:`checkpoint_wal` -- raises
+    #: :class:`~stores.errors.ReadOnlyError` before touching storage (after
+    #: :class:`~stores.errors.ClosedError` and the argument checks).
+    read_only: bool
 
     def create(
         self, session_id: str, header: dict[str, JSON] | None = None, *, exist_ok: bool = False
@@ -339,8 +346,9 @@ class Store(Protocol):
         another checkpoint was running, or the store has no log)."""
         ...
 
-    def clone(self) -> Store:
-        """Another handle on the same data, for use by another thread lane."""
+    def clone(self, *, read_only: bool | None = None) -> Store:
+        """Another handle on the same data, for use by another thread lane: read-only if
+        ``read_only`` is True or this handle is read-only (``None``: as this handle)."""
         ...
 
     def close(self) -> None:

@@ -40,6 +40,7 @@ from .contract import (
 from .errors import (
     ClosedError,
     OwnershipLostError,
+    ReadOnlyError,
     SessionExistsError,
     SessionOwnedError,
     SnapshotExpiredError,
@@ -107,13 +108,18 @@ class _State:
 
 
 class MemoryStore(BatchingStore):
-    """An in-memory :class:`~stores.contract.Store`. ``durable`` is False."""
+    """An in-memory :class:`~stores.contract.Store`. ``durable`` is False.
+
+    ``read_only=True`` makes a handle whose writes raise
+    :class:`~stores.errors.ReadOnlyError`; useful as a clone (``clone(read_only=True)``),
+    which reads the data other handles write."""
 
     durable = False
     blocking = False
     wal_pages = 0
 
-    def __init__(self) -> None:
+    def __init__(self, *, read_only: bool = False) -> None:
+        self.read_only = check_flag(read_only, "read_only")
         self._state = _State()
         self._closed = False
         self._seen_version = 0
@@ -121,10 +127,14 @@ class MemoryStore(BatchingStore):
     # -- plumbing ----------------------------------------------------------------------
 
     @contextmanager
-    def _locked(self) -> Iterator[_State]:
+    def _locked(self, write: str = "") -> Iterator[_State]:
+        """The shared state, under its lock; ``write`` names a write call, refused (after
+        the closed check) on a read-only handle."""
         with self._state.lock:
             if self._closed:
                 raise ClosedError("this MemoryStore was closed")
+            if write and self.read_only:
+                raise ReadOnlyError(write, "this MemoryStore handle is read-only")
             yield self._state
 
     def _new_session(self, state: _State, header_json: str, now: float) -> _Session:
@@ -144,7 +154,7 @@ class MemoryStore(BatchingStore):
         validate_session_id(session_id)
         header_json = validate_header(header)
         check_flag(exist_ok, "exist_ok")
-        with self._locked() as state:
+        with self._locked("create") as state:
             existing = state.sessions.get(session_id)
             if existing is not None:
                 if exist_ok:
@@ -164,7 +174,7 @@ class MemoryStore(BatchingStore):
     def _batch(self) -> Iterator[_State]:
         """A batch's "transaction": the lock (each op is atomic on its own, see
         :meth:`_apply_op`); afterwards this handle has seen its own commits."""
-        with self._locked() as state:
+        with self._locked("write_batch") as state:
             yield state
             self._seen_version = state.version
 
@@ -239,7 +249,7 @@ class MemoryStore(BatchingStore):
     def delete(self, session_id: str) -> bool:
         """See :meth:`Store.delete`."""
         validate_session_id(session_id)
-        with self._locked() as state:
+        with self._locked("delete") as state:
             return self._delete(state, session_id)
 
     def _delete(self, state: _State, session_id: str) -> bool:
@@ -261,7 +271,7 @@ class MemoryStore(BatchingStore):
         validate_session_id(source_id)
         validate_session_id(new_id)
         extra = decode_json_object(validate_header(header))
-        with self._locked() as state:
+        with self._locked("fork") as state:
             source = state.sessions.get(source_id)
             at = check_fork(
                 source_id,
@@ -283,7 +293,7 @@ class MemoryStore(BatchingStore):
         """See :meth:`Store.truncate`."""
         validate_session_id(session_id)
         check_seq(to_seq, "to_seq")
-        with self._locked() as state:
+        with self._locked("truncate") as state:
             return self._truncate(state, session_id, to_seq, time.time())
 
     def _truncate(self, state: _State, session_id: str, to_seq: int, now: float) -> int:
@@ -385,7 +395,7 @@ class MemoryStore(BatchingStore):
         """See :meth:`Store.save_projection`."""
         check_pin(pin)
         check_projection_args(name, version, state_json)
-        with self._locked() as state:
+        with self._locked("save_projection") as state:
             session = state.sessions.get(pin.session_id)
             if session is not None and session.incarnation == pin.incarnation:
                 session.projections[name] = (version, pin, state_json)
@@ -411,7 +421,7 @@ class MemoryStore(BatchingStore):
         """See :meth:`Store.acquire_lease`."""
         validate_session_id(session_id)
         check_lease_args(owner, ttl=ttl, holder=holder)
-        with self._locked() as state:
+        with self._locked("acquire_lease") as state:
             now = time.time()
             lease = state.leases.get(session_id)
             held = None if lease is None else (lease.owner, lease.holder, lease.expires)
@@ -423,7 +433,7 @@ class MemoryStore(BatchingStore):
         """See :meth:`Store.renew_lease`."""
         validate_session_id(session_id)
         check_lease_args(owner, ttl=ttl)
-        with self._locked() as state:
+        with self._locked("renew_lease") as state:
             lease = state.leases.get(session_id)
             if lease is None or lease.owner != owner:
                 raise OwnershipLostError(session_id)
@@ -434,7 +444,7 @@ class MemoryStore(BatchingStore):
         ids = check_session_ids(session_ids)
         check_lease_args(owner, ttl=ttl)
         lost: list[str] = []
-        with self._locked() as state:
+        with self._locked("renew_leases") as state:
             expires = time.time() + ttl
             for session_id in ids:
                 lease = state.leases.get(session_id)
@@ -448,7 +458,7 @@ class MemoryStore(BatchingStore):
         """See :meth:`Store.release_lease`."""
         validate_session_id(session_id)
         check_lease_args(owner)
-        with self._locked() as state:
+        with self._locked("release_lease") as state:
             lease = state.leases.get(session_id)
             if lease is not None and lease.owner == owner:
                 del state.leases[session_id]
@@ -464,13 +474,17 @@ class MemoryStore(BatchingStore):
 
     def checkpoint_wal(self) -> int:
         """See :meth:`Store.checkpoint_wal`: memory has no log, so nothing to do (0)."""
-        with self._locked():
+        with self._locked("checkpoint_wal"):
             return 0
 
-    def clone(self) -> MemoryStore:
-        """See :meth:`Store.clone`: a handle sharing this store's data."""
+    def clone(self, *, read_only: bool | None = None) -> MemoryStore:
+        """See :meth:`Store.clone`: a handle sharing this store's data (read-only if this
+        one is, or if ``read_only`` is True)."""
+        if read_only is not None:
+            check_flag(read_only, "read_only")
         with self._locked() as state:
             other = MemoryStore.__new__(MemoryStore)
+            other.read_only = self.read_only or bool(read_only)
             other._state = state
             other._closed = False
             other._seen_version = state.version

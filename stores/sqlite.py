@@ -36,7 +36,7 @@ from .contract import (
     check_session_ids,
     check_text,
 )
-from .errors import ClosedError
+from .errors import ClosedError, ReadOnlyError
 from .records import (
     JSON,
     SessionInfo,
@@ -58,6 +58,7 @@ from .sqlite_schema import (
     check_options,
     check_path,
     open_connection,
+    open_read_only,
 )
 
 __all__ = ["CHECKPOINT_FALLBACK_PAGES", "Checkpoints", "SqliteStore"]
@@ -110,6 +111,10 @@ class SqliteStore(BatchingStore):
             the database file, SQLite's default) or ``"deferred"`` (commits leave that to
             the owner, who calls :meth:`checkpoint_wal` on another handle, off the write path;
             see :data:`Checkpoints`).
+        read_only: open an existing file for reading only: it is never created, migrated
+            or written, and every write method raises :class:`~stores.errors.ReadOnlyError`
+            (see :func:`~stores.sqlite_schema.open_read_only`). :attr:`immutable` tells
+            whether the file had to be opened as immutable (its directory is not writable).
         length_limit: SQLite's ``SQLITE_LIMIT_LENGTH`` for this connection, in bytes: the
             longest text and the largest row it stores or reads (``None``: SQLite's
             1,000,000,000). A batch op that would store more fails alone with
@@ -118,7 +123,7 @@ class SqliteStore(BatchingStore):
     Every option is checked before any file is touched. Raises (at open):
     :class:`~stores.errors.InvalidArgumentError` (bad option or path),
     :class:`~stores.errors.UnsupportedFormatError` for a foreign or newer file (left
-    untouched), :class:`~stores.errors.StoreCorruptError`,
+    untouched) -- or, read-only, an older one --, :class:`~stores.errors.StoreCorruptError`,
     :class:`~stores.errors.StoreIOError`.
     """
 
@@ -133,6 +138,7 @@ class SqliteStore(BatchingStore):
         busy_timeout_ms: int = 5000,
         integrity_check_on_open: bool = False,
         checkpoints: Checkpoints = "auto",
+        read_only: bool = False,
         length_limit: int | None = None,
     ) -> None:
         self.path = check_path(path)
@@ -141,24 +147,38 @@ class SqliteStore(BatchingStore):
             checkpoints=checkpoints,
             busy_timeout_ms=busy_timeout_ms,
             integrity_check=integrity_check_on_open,
+            read_only=read_only,
             length_limit=length_limit,
         )
         self.synchronous: Synchronous = synchronous
         self.busy_timeout_ms = busy_timeout_ms
         self.checkpoints: Checkpoints = checkpoints
+        self.read_only = read_only
         self.length_limit = length_limit
+        #: True when the file is read as immutable: a read-only store whose directory does
+        #: not let SQLite create the WAL index. It then sees no later change of the file.
+        self.immutable = False
         #: Frames in the WAL after this handle's last commit (kept with ``"deferred"``).
         self.wal_pages = 0
         self._fallback_done = 0
         self._lock = threading.RLock()
-        self._conn: apsw.Connection | None = open_connection(
-            self.path,
-            synchronous=synchronous,
-            busy_timeout_ms=busy_timeout_ms,
-            integrity_check=integrity_check_on_open,
-            length_limit=length_limit,
-        )
-        if checkpoints == "deferred":
+        self._conn: apsw.Connection | None
+        if read_only:
+            self._conn, self.immutable = open_read_only(
+                self.path,
+                busy_timeout_ms=busy_timeout_ms,
+                integrity_check=integrity_check_on_open,
+                length_limit=length_limit,
+            )
+        else:
+            self._conn = open_connection(
+                self.path,
+                synchronous=synchronous,
+                busy_timeout_ms=busy_timeout_ms,
+                integrity_check=integrity_check_on_open,
+                length_limit=length_limit,
+            )
+        if checkpoints == "deferred" and not read_only:
             # A WAL hook replaces SQLite's own autocheckpoint (which is such a hook).
             self._conn.set_wal_hook(self._note_wal_pages)
         self._unsynced = False
@@ -175,12 +195,15 @@ class SqliteStore(BatchingStore):
 
     @contextmanager
     def _connection(self, what: str, *, write: bool = False) -> Iterator[apsw.Connection]:
-        """Lock the connection and translate driver errors for one operation (a ``write``
-        or a read: see :func:`~stores.sqlite_base.map_errors`)."""
+        """Lock the connection and translate driver errors for one operation (``write``:
+        see :func:`~stores.sqlite_base.map_errors`); a write is refused on a read-only
+        store, after the closed check."""
         with self._lock:
             conn = self._conn
             if conn is None:
                 raise ClosedError(f"{what}: this SqliteStore was closed")
+            if write and self.read_only:
+                raise ReadOnlyError(what, f"this SqliteStore of {self.path!r} is read-only")
             with map_errors(what, writing=write):
                 yield conn
 
@@ -407,7 +430,8 @@ class SqliteStore(BatchingStore):
         ids = check_session_ids(session_ids)
         check_lease_args(owner, ttl=ttl)
         if not ids:
-            return []
+            with self._connection("renew_leases", write=True):
+                return []
         with self._write("renew_leases") as conn:
             return aux.renew_leases(conn, owner, ids, time.time() + ttl)
 
@@ -457,8 +481,11 @@ class SqliteStore(BatchingStore):
         with self._connection("data_version") as conn:
             return int(one(conn, "PRAGMA data_version")[0])
 
-    def clone(self) -> SqliteStore:
-        """Another connection to the same file with the same settings."""
+    def clone(self, *, read_only: bool | None = None) -> SqliteStore:
+        """Another connection to the same file with the same settings; read-only if this
+        store is, or if ``read_only`` is True."""
+        if read_only is not None:
+            check_flag(read_only, "read_only")
         with self._connection("clone"):
             pass
         return SqliteStore(
@@ -466,6 +493,7 @@ class SqliteStore(BatchingStore):
             synchronous=self.synchronous,
             busy_timeout_ms=self.busy_timeout_ms,
             checkpoints=self.checkpoints,
+            read_only=self.read_only or bool(read_only),
             length_limit=self.length_limit,
         )
 

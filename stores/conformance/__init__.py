@@ -38,6 +38,7 @@ from .inputs import InputCases
 from .leases import LeaseAndPinCases
 from .limits import LimitCases
 from .log import LogCases
+from .readonly import ReadOnlyCases
 
 __all__ = ["DurableStoreConformance", "StoreConformance"]
 
@@ -50,6 +51,7 @@ class StoreConformance(
     LeaseAndPinCases,
     HandleCases,
     ForkCases,
+    ReadOnlyCases,
 ):
     """Conformance cases for any :class:`~stores.contract.Store`.
 

@@ -75,6 +75,7 @@ _NOT_BOOLS: dict[str, Callable[[Store], object]] = {
     "create_exist_ok": lambda s: s.create("s", exist_ok="yes"),  # type: ignore[arg-type]
     "write_batch_sync": lambda s: s.write_batch([AppendOp("s", _prepared(1))], sync=1),  # type: ignore[arg-type]
     "append_op_retry": lambda s: s.write_batch([AppendOp("s", _prepared(1), 3, retry="no")]),  # type: ignore[arg-type]
+    "clone_read_only": lambda s: s.clone(read_only="no"),  # type: ignore[arg-type]
 }
 
 

@@ -64,6 +64,8 @@ _BAD_OPTIONS: dict[str, dict[str, Any]] = {
     "integrity_check_str": {"integrity_check_on_open": "yes"},
     "integrity_check_int": {"integrity_check_on_open": 1},
     "checkpoints_bad": {"checkpoints": "never"},
+    "read_only_str": {"read_only": "no"},
+    "read_only_none": {"read_only": None},
     "length_limit_zero": {"length_limit": 0},
     "length_limit_negative": {"length_limit": -5},
     "length_limit_too_big": {"length_limit": 2**31},
