@@ -88,7 +88,8 @@ def test_largest_options_are_accepted(db: str) -> None:
     store = SqliteStore(db, busy_timeout_ms=2**31 - 1, length_limit=1_000_000_000)
     try:
         assert store._conn is not None
-        assert store._conn.execute("PRAGMA busy_timeout").fetchone()[0] == 2**31 - 1  # type: ignore[index]
+        row = store._conn.execute("PRAGMA busy_timeout").fetchone()
+        assert row is not None and row[0] == 2**31 - 1
         assert store._conn.limit(apsw.SQLITE_LIMIT_LENGTH, -1) == 1_000_000_000
         assert store.append("s", [NewEvent("k", 1)]) == 1
     finally:
