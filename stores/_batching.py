@@ -12,6 +12,8 @@ how to make one op atomic inside it, what its driver's errors mean. The rules of
   prefix);
 * :class:`BatchingStore` -- ``append`` and ``sync`` built on ``write_batch``.
 
+The argument rules of the other methods (``check_read_args``, ``check_fork``,
+``check_pin_arg``...) are in :mod:`stores.contract`, beside the contract they implement.
 Synchronous, and free of any backend: nothing here imports a driver.
 """
 
@@ -114,6 +116,10 @@ def _check_member(op: object, *, in_group: bool) -> None:
     if isinstance(op, AppendOp | ReplaceOp):
         if op.expected_head is not None:
             check_seq(op.expected_head, "expected_head")
+        if not isinstance(op.events, tuple | list):
+            raise InvalidArgumentError(
+                f"{type(op).__name__}.events must be a tuple, not {type(op.events).__name__}"
+            )
         if not all(type(event) is PreparedEvent for event in op.events):
             for index, event in enumerate(op.events):
                 if not isinstance(event, PreparedEvent):

@@ -47,7 +47,7 @@ __all__ = [
     "WriteOp",
     "check_fork",
     "check_lease_args",
-    "check_pin",
+    "check_pin_arg",
     "check_projection_args",
     "check_read_args",
     "check_session_ids",
@@ -380,7 +380,7 @@ def check_text(value: object, name: str, *, max_length: int = MAX_ID_LENGTH) -> 
     return value
 
 
-def check_pin(pin: object) -> Pin:
+def check_pin_arg(pin: object) -> Pin:
     """Check a :class:`Pin` argument: its session id, and seq, incarnation and epoch
     within ``0 ..`` :data:`~stores.records.MAX_SEQ` (a pin comes from :meth:`Store.pin`,
     but can be built by hand)."""
@@ -404,7 +404,7 @@ def check_read_args(
     check_flag(from_end, "from_end")
     if pin is None:
         return until
-    as_of = check_pin(pin).as_of_seq
+    as_of = check_pin_arg(pin).as_of_seq
     return as_of if until is None else min(until, as_of)
 
 
@@ -480,10 +480,15 @@ def check_lease_args(owner: object, *, ttl: object = _ABSENT, holder: object = _
     check_text(owner, "owner")
     if holder is not _ABSENT:
         check_text(holder, "holder", max_length=1024)
-    if ttl is not _ABSENT and not (
-        isinstance(ttl, int | float)
-        and not isinstance(ttl, bool)
-        and math.isfinite(ttl)
-        and ttl >= 0
-    ):
+    if ttl is not _ABSENT and not _seconds_ok(ttl):
         raise InvalidArgumentError(f"ttl must be a finite number of seconds >= 0, not {ttl!r}")
+
+
+def _seconds_ok(value: object) -> bool:
+    if not isinstance(value, int | float) or isinstance(value, bool):
+        return False
+    try:
+        seconds = float(value)
+    except OverflowError:  # an int past the largest float
+        return False
+    return math.isfinite(seconds) and seconds >= 0

@@ -30,7 +30,7 @@ from .contract import (
     WriteOp,
     check_fork,
     check_lease_args,
-    check_pin,
+    check_pin_arg,
     check_projection_args,
     check_read_args,
     check_session_ids,
@@ -374,7 +374,7 @@ class MemoryStore(BatchingStore):
 
     def refresh_pin(self, pin: Pin) -> Pin:
         """See :meth:`Store.refresh_pin`."""
-        check_pin(pin)
+        check_pin_arg(pin)
         with self._locked() as state:
             session = state.sessions.get(pin.session_id)
             _check_pin(pin.session_id, session, pin)
@@ -393,7 +393,7 @@ class MemoryStore(BatchingStore):
 
     def save_projection(self, pin: Pin, name: str, version: int, state_json: str) -> None:
         """See :meth:`Store.save_projection`."""
-        check_pin(pin)
+        check_pin_arg(pin)
         check_projection_args(name, version, state_json)
         with self._locked("save_projection") as state:
             session = state.sessions.get(pin.session_id)

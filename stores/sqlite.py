@@ -30,7 +30,7 @@ from .contract import (
     Store,
     WriteOp,
     check_lease_args,
-    check_pin,
+    check_pin_arg,
     check_projection_args,
     check_read_args,
     check_session_ids,
@@ -375,7 +375,7 @@ class SqliteStore(BatchingStore):
 
     def refresh_pin(self, pin: Pin) -> Pin:
         """See :meth:`Store.refresh_pin`."""
-        check_pin(pin)
+        check_pin_arg(pin)
         with self._connection("refresh_pin") as conn, transaction(conn):
             sqlops.check_pin(conn, pin.session_id, pin)
             head, epoch = one(
@@ -397,7 +397,7 @@ class SqliteStore(BatchingStore):
 
     def save_projection(self, pin: Pin, name: str, version: int, state_json: str) -> None:
         """See :meth:`Store.save_projection`."""
-        check_pin(pin)
+        check_pin_arg(pin)
         check_projection_args(name, version, state_json)
         with self._write("save_projection") as conn:
             aux.save_projection(conn, pin, name, version, state_json)

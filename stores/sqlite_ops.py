@@ -51,10 +51,14 @@ INFO_COLUMNS = "id, head, created_at, updated_at, header, parent_id, parent_seq"
 def session_info(row: Sequence[Any]) -> SessionInfo:
     """A :class:`SessionInfo` from an :data:`INFO_COLUMNS` row."""
     session_id, head, created_at, updated_at, header_json, parent_id, parent_seq = row
+    try:
+        header = decode_json_object(header_json)
+    except ValueError as exc:  # InvalidArgumentError is one too
+        raise StoreCorruptError(
+            f"session {session_id!r}: the stored header is not a JSON object ({exc})"
+        ) from exc
     parent = None if parent_id is None else (parent_id, parent_seq)
-    return SessionInfo(
-        session_id, head, created_at, updated_at, decode_json_object(header_json), parent
-    )
+    return SessionInfo(session_id, head, created_at, updated_at, header, parent)
 
 
 def create_session(

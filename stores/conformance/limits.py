@@ -45,6 +45,8 @@ _OUT_OF_RANGE: dict[str, Callable[[Store], object]] = {
     "batch_to_seq": lambda s: s.write_batch([TruncateOp("s", _TOO_BIG)]),
     "batch_from_seq": lambda s: s.write_batch([ReplaceOp("s", _TOO_BIG, _prepared(1))]),
     "batch_negative_expected_head": lambda s: s.write_batch([AppendOp("s", _prepared(1), -1)]),
+    "batch_events_not_a_tuple": lambda s: s.write_batch([AppendOp("s", None)]),  # type: ignore[arg-type]
+    "batch_events_a_str": lambda s: s.write_batch([ReplaceOp("s", 0, "kk")]),  # type: ignore[arg-type]
     "pin_seq": lambda s: s.read("s", pin=Pin("s", _TOO_BIG, 1, 0)),
     "pin_epoch": lambda s: s.read("s", pin=Pin("s", 1, 1, -1)),
     "pin_type": lambda s: s.read("s", pin=("s", 1, 1, 0)),  # type: ignore[arg-type]
@@ -59,6 +61,7 @@ _OUT_OF_RANGE: dict[str, Callable[[Store], object]] = {
     "acquire_negative_ttl": lambda s: s.acquire_lease("s", "A", ttl=-1.0, holder="h"),
     "acquire_str_ttl": lambda s: s.acquire_lease("s", "A", ttl="5", holder="h"),  # type: ignore[arg-type]
     "acquire_bool_ttl": lambda s: s.acquire_lease("s", "A", ttl=True, holder="h"),
+    "acquire_huge_ttl": lambda s: s.acquire_lease("s", "A", ttl=10**400, holder="h"),
     "acquire_owner": lambda s: s.acquire_lease("s", "", ttl=1.0, holder="h"),
     "acquire_holder": lambda s: s.acquire_lease("s", "A", ttl=1.0, holder=5),  # type: ignore[arg-type]
     "renew_ttl": lambda s: s.renew_lease("s", "A", ttl=float("inf")),
