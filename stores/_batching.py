@@ -12,8 +12,8 @@ how to make one op atomic inside it, what its driver's errors mean. The rules of
   prefix);
 * :class:`BatchingStore` -- ``append`` and ``sync`` built on ``write_batch``.
 
-The argument rules of the other methods (``check_read_args``, ``check_fork``,
-``check_pin_arg``...) are in :mod:`stores.contract`, beside the contract they implement.
+The argument checks of the other methods (``check_read_args``, ``check_fork``,
+``check_pin_arg``...) are in :mod:`stores._checks`.
 Synchronous, and free of any backend: nothing here imports a driver.
 """
 

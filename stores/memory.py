@@ -19,6 +19,18 @@ import attrs
 
 from ._batching import BatchingStore, check_ops, check_replace, resent_tail, run_batch
 from ._batching import session_ids_of as _session_ids
+from ._checks import (
+    check_create_args,
+    check_fork,
+    check_fork_args,
+    check_lease_args,
+    check_pin_arg,
+    check_projection_args,
+    check_read_args,
+    check_session_ids,
+    check_text,
+    fork_header,
+)
 from .contract import (
     AppendOp,
     BatchResult,
@@ -28,14 +40,6 @@ from .contract import (
     Store,
     TruncateOp,
     WriteOp,
-    check_fork,
-    check_lease_args,
-    check_pin_arg,
-    check_projection_args,
-    check_read_args,
-    check_session_ids,
-    check_text,
-    fork_header,
 )
 from .errors import (
     ClosedError,
@@ -58,7 +62,6 @@ from .records import (
     decode_json_object,
     encode_json,
     events_from_rows,
-    validate_header,
     validate_session_id,
 )
 
@@ -151,9 +154,7 @@ class MemoryStore(BatchingStore):
         self, session_id: str, header: dict[str, JSON] | None = None, *, exist_ok: bool = False
     ) -> SessionInfo:
         """See :meth:`Store.create`."""
-        validate_session_id(session_id)
-        header_json = validate_header(header)
-        check_flag(exist_ok, "exist_ok")
+        header_json = check_create_args(session_id, header, exist_ok)
         with self._locked("create") as state:
             existing = state.sessions.get(session_id)
             if existing is not None:
@@ -268,9 +269,7 @@ class MemoryStore(BatchingStore):
         header: dict[str, JSON] | None = None,
     ) -> SessionInfo:
         """See :meth:`Store.fork` (the rows are immutable tuples, shared not copied)."""
-        validate_session_id(source_id)
-        validate_session_id(new_id)
-        extra = decode_json_object(validate_header(header))
+        extra = check_fork_args(source_id, new_id, header)
         with self._locked("fork") as state:
             source = state.sessions.get(source_id)
             at = check_fork(

@@ -23,18 +23,22 @@ import apsw
 from . import sqlite_aux as aux
 from . import sqlite_ops as sqlops
 from ._batching import BatchingStore, check_ops, run_batch
-from .contract import (
-    AppendOp,
-    BatchResult,
-    Pin,
-    Store,
-    WriteOp,
+from ._checks import (
+    check_create_args,
+    check_fork_args,
     check_lease_args,
     check_pin_arg,
     check_projection_args,
     check_read_args,
     check_session_ids,
     check_text,
+)
+from .contract import (
+    AppendOp,
+    BatchResult,
+    Pin,
+    Store,
+    WriteOp,
 )
 from .errors import ClosedError, ReadOnlyError
 from .records import (
@@ -44,9 +48,7 @@ from .records import (
     check_count,
     check_flag,
     check_seq,
-    decode_json_object,
     events_from_rows,
-    validate_header,
     validate_session_id,
 )
 from .sqlite_base import in_savepoint, map_errors, one, transaction
@@ -242,9 +244,7 @@ class SqliteStore(BatchingStore):
         self, session_id: str, header: dict[str, JSON] | None = None, *, exist_ok: bool = False
     ) -> SessionInfo:
         """See :meth:`Store.create`."""
-        validate_session_id(session_id)
-        header_json = validate_header(header)
-        check_flag(exist_ok, "exist_ok")
+        header_json = check_create_args(session_id, header, exist_ok)
         with self._write("create") as conn:
             return sqlops.create_session(
                 conn, session_id, header_json, time.time(), exist_ok=exist_ok
@@ -300,9 +300,7 @@ class SqliteStore(BatchingStore):
     ) -> SessionInfo:
         """See :meth:`Store.fork`. O(1): the child shares the source's prefix (see
         :mod:`stores.sqlite_lineage`)."""
-        validate_session_id(source_id)
-        validate_session_id(new_id)
-        extra = decode_json_object(validate_header(header))
+        extra = check_fork_args(source_id, new_id, header)
         with self._write("fork") as conn:
             return fork_session(conn, source_id, new_id, at_seq, extra, time.time())
 

@@ -17,7 +17,7 @@ from typing import Any
 
 import apsw
 
-from .contract import check_fork, fork_header
+from ._checks import check_fork, fork_header
 from .records import JSON, SessionInfo, decode_json_object, encode_json
 from .sqlite_base import INSERT_EVENT, one
 
@@ -38,9 +38,9 @@ def fork_session(
 ) -> SessionInfo:
     """Create ``new_id`` as a fork of ``source_id`` at ``at_seq`` (its head if None): one
     session row whose base is the session that stores the events at the fork point. The
-    child's header is :func:`~stores.contract.fork_header`'s. Runs in the caller's write
+    child's header is :func:`~stores._checks.fork_header`'s. Runs in the caller's write
     transaction; the ids and ``header`` are validated, ``at_seq`` is checked here, after
-    the lookups (:func:`~stores.contract.check_fork`'s order).
+    the lookups (:func:`~stores._checks.check_fork`'s order).
 
     Raises :class:`SessionExistsError`, :class:`SessionNotFoundError`, or
     :class:`InvalidArgumentError` for a bad ``at_seq``, in that order."""
