@@ -339,9 +339,8 @@ def open_read_only(
         StoreCorruptError: not a database, or ``integrity_check`` found damage.
     """
     if not os.path.isfile(path):
-        raise StoreIOError(
-            f"open {path!r} read-only: no such file (a read-only store never creates one)"
-        )
+        what = "not a regular file" if os.path.exists(path) else "no such file"
+        raise StoreIOError(f"open {path!r} read-only: {what} (a read-only store never creates one)")
     _check_header(path)
     uri = pathlib.Path(os.path.abspath(path)).as_uri() + "?mode=ro"
     immutable = False
