@@ -45,8 +45,9 @@ from stores import (
     prepare_events,
     validate_session_id,
 )
-from stores.records import check_count, validate_header
+from stores.records import check_count, check_flag, validate_header
 from stores.sqlite_schema import Synchronous
+from stores.sqlite_schema import check_options as check_sqlite_options
 
 from ._folding import Watch
 from ._groups import plain_errors
@@ -200,8 +201,8 @@ class Runtime:
             sid = _check_user_id(session_id, internal=internal)
             if create not in _CREATE_MODES:
                 raise InvalidArgumentError(f"create must be one of {_CREATE_MODES}, not {create!r}")
-            if not isinstance(shared, bool) or not isinstance(internal, bool):
-                raise InvalidArgumentError("shared and internal must be bools")
+            check_flag(shared, "shared")
+            check_flag(internal, "internal")
             header_json = validate_header(header)
             actor = await self._supervisor.acquire(
                 sid, header_json=header_json, exclusive=not shared, create=create
@@ -534,8 +535,7 @@ class Runtime:
         check_seq(since_seq, "since_seq")
         check_seq(until_seq, "until_seq", allow_none=True)
         check_count(limit, "limit")
-        if not isinstance(from_end, bool):
-            raise InvalidArgumentError(f"from_end must be a bool, not {from_end!r}")
+        check_flag(from_end, "from_end")
         store = self._read_lane.store
         return await self._read_lane.run(
             lambda: store.read(
@@ -561,12 +561,14 @@ def _check_options(
     batch_window: object,
     poll_interval: object,
 ) -> None:
-    if synchronous not in ("normal", "full"):
-        raise InvalidArgumentError(f"synchronous must be 'normal' or 'full', not {synchronous!r}")
-    if type(busy_timeout_ms) is not int or not 0 <= busy_timeout_ms < 2**31:
-        raise InvalidArgumentError(
-            f"busy_timeout_ms must be an int in 0..2**31-1, not {busy_timeout_ms!r}"
-        )
+    check_sqlite_options(
+        synchronous=synchronous,
+        checkpoints="auto",
+        busy_timeout_ms=busy_timeout_ms,
+        integrity_check=False,
+        read_only=False,
+        length_limit=None,
+    )
     for name, value, low in (
         ("lease_ttl", lease_ttl, 0.0),
         ("idle_timeout", idle_timeout, -1.0),

@@ -39,6 +39,9 @@ from .errors import (
 from .memory import MemoryStore
 from .records import (
     JSON,
+    MAX_BATCH_BYTES,
+    MAX_EVENT_BYTES,
+    MAX_SEQ,
     NewEvent,
     PreparedEvent,
     SessionInfo,
@@ -51,6 +54,9 @@ from .sqlite import SqliteStore
 
 __all__ = [
     "JSON",
+    "MAX_BATCH_BYTES",
+    "MAX_EVENT_BYTES",
+    "MAX_SEQ",
     "AppendOp",
     "BatchResult",
     "BrokenError",

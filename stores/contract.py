@@ -14,16 +14,13 @@ from typing import Protocol, runtime_checkable
 
 import attrs
 
-from .errors import ConflictError, InvalidArgumentError, InvalidEventError, TidelogError
+from .errors import TidelogError
 from .records import (
-    _KNOWN_IDS,
     JSON,
     NewEvent,
     PreparedEvent,
     SessionInfo,
     StoredEvent,
-    check_seq,
-    validate_session_id,
 )
 
 __all__ = [
@@ -36,8 +33,6 @@ __all__ = [
     "Store",
     "TruncateOp",
     "WriteOp",
-    "check_ops",
-    "check_replace",
 ]
 
 
@@ -140,76 +135,6 @@ class Pin:
     epoch: int
 
 
-def _check_member(op: object, *, in_group: bool) -> None:
-    allowed: tuple[type, ...] = (AppendOp, TruncateOp, DeleteOp, ReplaceOp)
-    if not in_group:
-        allowed += (GroupOp,)
-    if not isinstance(op, AppendOp | TruncateOp | DeleteOp | ReplaceOp | GroupOp) or not (
-        isinstance(op, allowed)
-    ):
-        raise InvalidArgumentError(
-            f"write_batch takes {', '.join(t.__name__ for t in allowed)}, not {type(op).__name__}"
-        )
-    if isinstance(op, GroupOp):
-        if not isinstance(op.ops, tuple) or not op.ops:
-            raise InvalidArgumentError("GroupOp.ops must be a non-empty tuple of ops")
-        for member in op.ops:
-            _check_member(member, in_group=True)
-        return
-    validate_session_id(op.session_id)
-    if isinstance(op, AppendOp | ReplaceOp):
-        if op.expected_head is not None:
-            check_seq(op.expected_head, "expected_head")
-        if not all(type(event) is PreparedEvent for event in op.events):
-            for index, event in enumerate(op.events):
-                if not isinstance(event, PreparedEvent):
-                    raise InvalidEventError(index, None, "op events must be PreparedEvent")
-    if isinstance(op, TruncateOp):
-        check_seq(op.to_seq, "to_seq")
-    if isinstance(op, ReplaceOp):
-        check_seq(op.from_seq, "from_seq")
-
-
-def check_replace(op: ReplaceOp, head: int) -> None:
-    """The preconditions every backend applies to a :class:`ReplaceOp` against the
-    session's current ``head``: ``expected_head`` (:class:`ConflictError`) and
-    ``from_seq`` not past the head (:class:`InvalidArgumentError`)."""
-    if op.expected_head is not None and op.expected_head != head:
-        raise ConflictError(op.session_id, op.expected_head, head)
-    if op.from_seq > head:
-        raise InvalidArgumentError(
-            f"session {op.session_id!r}: from_seq {op.from_seq} is past the head {head}"
-        )
-
-
-def check_ops(ops: object) -> None:
-    """Check the argument of ``write_batch``: a sequence of well-formed write ops.
-
-    Raises :class:`~stores.errors.InvalidArgumentError` before anything is written."""
-    if not isinstance(ops, Sequence) or isinstance(ops, str | bytes):
-        raise InvalidArgumentError(f"ops must be a sequence, not {type(ops).__name__}")
-    for op in ops:
-        if type(op) is AppendOp and _plain_append_ok(op):
-            continue  # the usual op, well-formed: no further checks
-        _check_member(op, in_group=False)
-
-
-def _plain_append_ok(op: AppendOp) -> bool:
-    """True if ``op`` is certainly well-formed (a quick check; False means "look closer")."""
-    head = op.expected_head
-    events = op.events
-    return (
-        op.session_id in _KNOWN_IDS
-        and (head is None or (type(head) is int and head >= 0))
-        and type(events) is tuple
-        and (
-            type(events[0]) is PreparedEvent
-            if len(events) == 1  # the usual op: one awaited append
-            else all(type(event) is PreparedEvent for event in events)
-        )
-    )
-
-
 @runtime_checkable
 class Store(Protocol):
     """The synchronous storage contract. See ``DESIGN.md`` ("The Store contract").
@@ -229,6 +154,13 @@ class Store(Protocol):
     #: that leaves checkpoints to its owner (SQLite with ``checkpoints="deferred"``); 0
     #: otherwise. The owner calls :meth:`checkpoint_wal` (on any handle) when it grows.
     wal_pages: int
+    #: True for a handle that only reads (opened with ``read_only=True``, or a clone of
+    #: one): every write method -- :meth:`create`, :meth:`append`, :meth:`write_batch`,
+    #: :meth:`sync`, :meth:`truncate`, :meth:`delete`, :meth:`fork`, the lease methods,
+    #: :meth:`save_projection`, :meth:`checkpoint_wal` -- raises
+    #: :class:`~stores.errors.ReadOnlyError` before touching storage (after
+    #: :class:`~stores.errors.ClosedError` and the argument checks).
+    read_only: bool
 
     def create(
         self, session_id: str, header: dict[str, JSON] | None = None, *, exist_ok: bool = False
@@ -332,8 +264,12 @@ class Store(Protocol):
         and ``{"forked_from": source_id, "fork_seq": at_seq}``; ``parent`` is
         ``(source_id, at_seq)``.
 
-        Raises: :class:`SessionExistsError` (checked first), :class:`SessionNotFoundError`,
-        :class:`InvalidArgumentError` (``at_seq`` negative, past the head, not an int)."""
+        Raises, in this order: :class:`SessionExistsError`, :class:`SessionNotFoundError`,
+        :class:`InvalidArgumentError` (``at_seq`` negative, past the head, not an int).
+        The ids and ``header`` are checked before storage is touched; ``at_seq`` only once
+        both sessions were looked up (see :func:`stores._checks.check_fork`), so an
+        existing target is reported whatever ``at_seq`` is. Nothing is written unless all
+        checks pass."""
         ...
 
     def truncate(self, session_id: str, to_seq: int) -> int:
@@ -391,8 +327,9 @@ class Store(Protocol):
         another checkpoint was running, or the store has no log)."""
         ...
 
-    def clone(self) -> Store:
-        """Another handle on the same data, for use by another thread lane."""
+    def clone(self, *, read_only: bool | None = None) -> Store:
+        """Another handle on the same data, for use by another thread lane: read-only if
+        ``read_only`` is True or this handle is read-only (``None``: as this handle)."""
         ...
 
     def close(self) -> None:

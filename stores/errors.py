@@ -223,7 +223,17 @@ class OwnershipLostError(UnwrittenError):
 
 
 class ReadOnlyError(TidelogError):
-    """A write was attempted through a read handle or a read-only store. Nothing changed."""
+    """A write was attempted through a read handle or a read-only store (one opened with
+    ``read_only=True``, or its clone).
+
+    Raised before anything is touched: nothing changed. ``operation`` names the refused
+    call. Write through a handle opened for writing (``read_only=False``) instead.
+    """
+
+    def __init__(self, operation: str, reason: str = "this store is read-only") -> None:
+        self.operation = operation
+        self.reason = reason
+        super().__init__(f"{operation} refused: {reason}; nothing was changed")
 
 
 class ClosedError(TidelogError):

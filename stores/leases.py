@@ -16,7 +16,7 @@ import os
 import re
 import socket
 
-__all__ = ["holder_is_dead", "local_holder"]
+__all__ = ["holder_is_dead", "lease_is_free", "local_holder"]
 
 _HOLDER = re.compile(r"\Apid (\d+) on (.+) ns (\S+)\Z")
 
@@ -31,6 +31,15 @@ def _pid_namespace() -> str:
 def local_holder() -> str:
     """The holder string of this process."""
     return f"pid {os.getpid()} on {socket.gethostname()} ns {_pid_namespace()}"
+
+
+def lease_is_free(held: tuple[str, str, float], owner: str, now: float) -> bool:
+    """Whether ``owner`` may take over the lease held as ``held`` -- ``(owner, holder,
+    expires)``: its own, an expired one, or one whose holder is a process of this host
+    that has exited (with no lease at all, it may anyway). The rule of
+    :meth:`Store.acquire_lease <stores.contract.Store.acquire_lease>`."""
+    held_by, holder, expires = held
+    return held_by == owner or expires <= now or holder_is_dead(holder)
 
 
 def holder_is_dead(holder: str) -> bool:

@@ -17,6 +17,20 @@ from typing import TypeVar
 
 import attrs
 
+from ._batching import BatchingStore, check_ops, check_replace, resent_tail, run_batch
+from ._batching import session_ids_of as _session_ids
+from ._checks import (
+    check_create_args,
+    check_fork,
+    check_fork_args,
+    check_lease_args,
+    check_pin_arg,
+    check_projection_args,
+    check_read_args,
+    check_session_ids,
+    check_text,
+    fork_header,
+)
 from .contract import (
     AppendOp,
     BatchResult,
@@ -26,33 +40,28 @@ from .contract import (
     Store,
     TruncateOp,
     WriteOp,
-    check_ops,
-    check_replace,
 )
 from .errors import (
     ClosedError,
-    ConflictError,
-    InvalidArgumentError,
     OwnershipLostError,
+    ReadOnlyError,
     SessionExistsError,
-    SessionNotFoundError,
     SessionOwnedError,
     SnapshotExpiredError,
     TidelogError,
 )
-from .leases import holder_is_dead
+from .leases import lease_is_free
 from .records import (
     JSON,
-    NewEvent,
     SessionInfo,
     StoredEvent,
     check_count,
+    check_flag,
     check_seq,
     decode_json,
+    decode_json_object,
     encode_json,
     events_from_rows,
-    prepare_events,
-    validate_header,
     validate_session_id,
 )
 
@@ -101,14 +110,19 @@ class _State:
     version: int = 0  # bumped on every commit
 
 
-class MemoryStore:
-    """An in-memory :class:`~stores.contract.Store`. ``durable`` is False."""
+class MemoryStore(BatchingStore):
+    """An in-memory :class:`~stores.contract.Store`. ``durable`` is False.
+
+    ``read_only=True`` makes a handle whose writes raise
+    :class:`~stores.errors.ReadOnlyError`; useful as a clone (``clone(read_only=True)``),
+    which reads the data other handles write."""
 
     durable = False
     blocking = False
     wal_pages = 0
 
-    def __init__(self) -> None:
+    def __init__(self, *, read_only: bool = False) -> None:
+        self.read_only = check_flag(read_only, "read_only")
         self._state = _State()
         self._closed = False
         self._seen_version = 0
@@ -116,10 +130,14 @@ class MemoryStore:
     # -- plumbing ----------------------------------------------------------------------
 
     @contextmanager
-    def _locked(self) -> Iterator[_State]:
+    def _locked(self, write: str = "") -> Iterator[_State]:
+        """The shared state, under its lock; ``write`` names a write call, refused (after
+        the closed check) on a read-only handle."""
         with self._state.lock:
             if self._closed:
                 raise ClosedError("this MemoryStore was closed")
+            if write and self.read_only:
+                raise ReadOnlyError(write, "this MemoryStore handle is read-only")
             yield self._state
 
     def _new_session(self, state: _State, header_json: str, now: float) -> _Session:
@@ -136,9 +154,8 @@ class MemoryStore:
         self, session_id: str, header: dict[str, JSON] | None = None, *, exist_ok: bool = False
     ) -> SessionInfo:
         """See :meth:`Store.create`."""
-        validate_session_id(session_id)
-        header_json = validate_header(header)
-        with self._locked() as state:
+        header_json = check_create_args(session_id, header, exist_ok)
+        with self._locked("create") as state:
             existing = state.sessions.get(session_id)
             if existing is not None:
                 if exist_ok:
@@ -149,39 +166,18 @@ class MemoryStore:
             self._commit(state)
             return session.info(session_id)
 
-    def append(
-        self, session_id: str, events: Sequence[NewEvent], *, expected_head: int | None = None
-    ) -> int:
-        """See :meth:`Store.append`."""
-        validate_session_id(session_id)
-        check_seq(expected_head, "expected_head", allow_none=True)
-        prepared = tuple(prepare_events(events))
-        [result] = self.write_batch([AppendOp(session_id, prepared, expected_head)])
-        if isinstance(result, TidelogError):
-            raise result
-        return result
-
     def write_batch(self, ops: Sequence[WriteOp], *, sync: bool = False) -> list[BatchResult]:
         """See :meth:`Store.write_batch`. Memory is as durable as it gets at commit."""
-        check_ops(ops)
-        results: list[BatchResult] = []
-        failed: dict[str, TidelogError] = {}
-        with self._locked() as state:
-            now = time.time()
-            for op in ops:
-                ids = _session_ids(op)
-                earlier = next((failed[i] for i in ids if i in failed), None)
-                if earlier is not None:
-                    results.append(earlier)
-                    continue
-                try:
-                    results.append(self._apply_op(state, op, now))
-                except TidelogError as exc:
-                    for session_id in ids:
-                        failed[session_id] = exc
-                    results.append(exc)
+        check_ops(ops, sync)
+        return run_batch(ops, self._batch(), self._apply_op)
+
+    @contextmanager
+    def _batch(self) -> Iterator[_State]:
+        """A batch's "transaction": the lock (each op is atomic on its own, see
+        :meth:`_apply_op`); afterwards this handle has seen its own commits."""
+        with self._locked("write_batch") as state:
+            yield state
             self._seen_version = state.version
-        return results
 
     def _apply_op(self, state: _State, op: WriteOp, now: float) -> int:
         if isinstance(op, AppendOp):
@@ -236,16 +232,8 @@ class MemoryStore:
         self._check_owner(state, op.session_id, op.owner)
         events = op.events
         if op.expected_head is not None and op.expected_head != head:
-            landed = head - op.expected_head
-            if not (
-                op.retry
-                and session is not None
-                and 0 < landed <= len(events)
-                and [(r[2], r[3], r[4]) for r in session.rows[op.expected_head :]]
-                == [(e.kind, e.data_json, e.run_id) for e in events[:landed]]
-            ):
-                raise ConflictError(op.session_id, op.expected_head, head)
-            events = events[landed:]  # an earlier attempt landed this prefix
+            rows = [] if session is None else session.rows
+            events = resent_tail(op, head, lambda lo, hi: [r[2:] for r in rows[lo:hi]])
         if not events:
             return head
         if session is None:
@@ -259,15 +247,10 @@ class MemoryStore:
         state.version += 1
         return len(session.rows)
 
-    def sync(self) -> None:
-        """See :meth:`Store.sync` (nothing to do in memory)."""
-        with self._locked():
-            pass
-
     def delete(self, session_id: str) -> bool:
         """See :meth:`Store.delete`."""
         validate_session_id(session_id)
-        with self._locked() as state:
+        with self._locked("delete") as state:
             return self._delete(state, session_id)
 
     def _delete(self, state: _State, session_id: str) -> bool:
@@ -286,26 +269,18 @@ class MemoryStore:
         header: dict[str, JSON] | None = None,
     ) -> SessionInfo:
         """See :meth:`Store.fork` (the rows are immutable tuples, shared not copied)."""
-        validate_session_id(source_id)
-        validate_session_id(new_id)
-        check_seq(at_seq, "at_seq", allow_none=True)
-        extra = decode_json(validate_header(header))
-        assert isinstance(extra, dict)
-        with self._locked() as state:
-            if new_id in state.sessions:
-                raise SessionExistsError(new_id)
+        extra = check_fork_args(source_id, new_id, header)
+        with self._locked("fork") as state:
             source = state.sessions.get(source_id)
-            if source is None:
-                raise SessionNotFoundError(source_id)
-            at = len(source.rows) if at_seq is None else at_seq
-            if at > len(source.rows):
-                raise InvalidArgumentError(
-                    f"at_seq {at} is past the head {len(source.rows)} of session {source_id!r}"
-                )
-            merged = decode_json(source.header_json)
-            assert isinstance(merged, dict)
-            merged.update(extra)
-            merged.update({"forked_from": source_id, "fork_seq": at})
+            at = check_fork(
+                source_id,
+                new_id,
+                at_seq,
+                target_exists=new_id in state.sessions,
+                source_head=None if source is None else len(source.rows),
+            )
+            assert source is not None
+            merged = fork_header(decode_json_object(source.header_json), extra, source_id, at)
             child = self._new_session(state, encode_json(merged), time.time())
             child.parent = (source_id, at)
             child.rows = source.rows[:at]
@@ -317,7 +292,7 @@ class MemoryStore:
         """See :meth:`Store.truncate`."""
         validate_session_id(session_id)
         check_seq(to_seq, "to_seq")
-        with self._locked() as state:
+        with self._locked("truncate") as state:
             return self._truncate(state, session_id, to_seq, time.time())
 
     def _truncate(self, state: _State, session_id: str, to_seq: int, now: float) -> int:
@@ -346,17 +321,14 @@ class MemoryStore:
     ) -> list[StoredEvent]:
         """See :meth:`Store.read`."""
         validate_session_id(session_id)
-        check_seq(since_seq, "since_seq")
-        check_seq(until_seq, "until_seq", allow_none=True)
-        check_count(limit, "limit")
+        until = check_read_args(since_seq, until_seq, limit, pin, from_end)
         with self._locked() as state:
             session = state.sessions.get(session_id)
             if pin is not None:
                 _check_pin(session_id, session, pin)
-                until_seq = pin.as_of_seq if until_seq is None else min(until_seq, pin.as_of_seq)
             if session is None:
                 return []
-            stop = len(session.rows) if until_seq is None else min(until_seq, len(session.rows))
+            stop = len(session.rows) if until is None else min(until, len(session.rows))
             start = since_seq
             if limit is not None and from_end:
                 start = max(start, stop - limit)
@@ -391,6 +363,7 @@ class MemoryStore:
     def find_run(self, session_id: str, run_id: str) -> tuple[int, int] | None:
         """See :meth:`Store.find_run`."""
         validate_session_id(session_id)
+        check_text(run_id, "run_id")
         with self._locked() as state:
             session = state.sessions.get(session_id)
             if session is None:
@@ -400,6 +373,7 @@ class MemoryStore:
 
     def refresh_pin(self, pin: Pin) -> Pin:
         """See :meth:`Store.refresh_pin`."""
+        check_pin_arg(pin)
         with self._locked() as state:
             session = state.sessions.get(pin.session_id)
             _check_pin(pin.session_id, session, pin)
@@ -418,7 +392,9 @@ class MemoryStore:
 
     def save_projection(self, pin: Pin, name: str, version: int, state_json: str) -> None:
         """See :meth:`Store.save_projection`."""
-        with self._locked() as state:
+        check_pin_arg(pin)
+        check_projection_args(name, version, state_json)
+        with self._locked("save_projection") as state:
             session = state.sessions.get(pin.session_id)
             if session is not None and session.incarnation == pin.incarnation:
                 session.projections[name] = (version, pin, state_json)
@@ -426,6 +402,7 @@ class MemoryStore:
     def load_projection(self, session_id: str, name: str, version: int) -> tuple[int, str] | None:
         """See :meth:`Store.load_projection`."""
         validate_session_id(session_id)
+        check_projection_args(name, version)
         with self._locked() as state:
             session = state.sessions.get(session_id)
             saved = None if session is None else session.projections.get(name)
@@ -442,22 +419,20 @@ class MemoryStore:
     def acquire_lease(self, session_id: str, owner: str, *, ttl: float, holder: str) -> None:
         """See :meth:`Store.acquire_lease`."""
         validate_session_id(session_id)
-        with self._locked() as state:
+        check_lease_args(owner, ttl=ttl, holder=holder)
+        with self._locked("acquire_lease") as state:
             now = time.time()
             lease = state.leases.get(session_id)
-            if (
-                lease is not None
-                and lease.owner != owner
-                and lease.expires > now
-                and not holder_is_dead(lease.holder)
-            ):
-                raise SessionOwnedError(session_id, lease.holder)
+            held = None if lease is None else (lease.owner, lease.holder, lease.expires)
+            if held is not None and not lease_is_free(held, owner, now):
+                raise SessionOwnedError(session_id, held[1])
             state.leases[session_id] = _Lease(owner, holder, now + ttl)
 
     def renew_lease(self, session_id: str, owner: str, *, ttl: float) -> None:
         """See :meth:`Store.renew_lease`."""
         validate_session_id(session_id)
-        with self._locked() as state:
+        check_lease_args(owner, ttl=ttl)
+        with self._locked("renew_lease") as state:
             lease = state.leases.get(session_id)
             if lease is None or lease.owner != owner:
                 raise OwnershipLostError(session_id)
@@ -465,10 +440,12 @@ class MemoryStore:
 
     def renew_leases(self, owner: str, session_ids: Sequence[str], *, ttl: float) -> list[str]:
         """See :meth:`Store.renew_leases`."""
+        ids = check_session_ids(session_ids)
+        check_lease_args(owner, ttl=ttl)
         lost: list[str] = []
-        with self._locked() as state:
+        with self._locked("renew_leases") as state:
             expires = time.time() + ttl
-            for session_id in session_ids:
+            for session_id in ids:
                 lease = state.leases.get(session_id)
                 if lease is None or lease.owner != owner:
                     lost.append(session_id)
@@ -479,7 +456,8 @@ class MemoryStore:
     def release_lease(self, session_id: str, owner: str) -> None:
         """See :meth:`Store.release_lease`."""
         validate_session_id(session_id)
-        with self._locked() as state:
+        check_lease_args(owner)
+        with self._locked("release_lease") as state:
             lease = state.leases.get(session_id)
             if lease is not None and lease.owner == owner:
                 del state.leases[session_id]
@@ -495,13 +473,17 @@ class MemoryStore:
 
     def checkpoint_wal(self) -> int:
         """See :meth:`Store.checkpoint_wal`: memory has no log, so nothing to do (0)."""
-        with self._locked():
+        with self._locked("checkpoint_wal"):
             return 0
 
-    def clone(self) -> MemoryStore:
-        """See :meth:`Store.clone`: a handle sharing this store's data."""
+    def clone(self, *, read_only: bool | None = None) -> MemoryStore:
+        """See :meth:`Store.clone`: a handle sharing this store's data (read-only if this
+        one is, or if ``read_only`` is True)."""
+        if read_only is not None:
+            check_flag(read_only, "read_only")
         with self._locked() as state:
             other = MemoryStore.__new__(MemoryStore)
+            other.read_only = self.read_only or bool(read_only)
             other._state = state
             other._closed = False
             other._seen_version = state.version
@@ -511,12 +493,6 @@ class MemoryStore:
         """See :meth:`Store.close`."""
         with self._state.lock:
             self._closed = True
-
-
-def _session_ids(op: WriteOp) -> list[str]:
-    if isinstance(op, GroupOp):
-        return list(dict.fromkeys(member.session_id for member in op.ops))
-    return [op.session_id]
 
 
 def _restore(table: dict[str, T], key: str, value: T | None) -> None:

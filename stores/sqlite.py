@@ -16,47 +16,52 @@ import threading
 import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from typing import Any, Literal, TypeGuard
+from typing import Literal, TypeGuard
 
 import apsw
 
+from . import sqlite_aux as aux
 from . import sqlite_ops as sqlops
+from ._batching import BatchingStore, check_ops, run_batch
+from ._checks import (
+    check_create_args,
+    check_fork_args,
+    check_lease_args,
+    check_pin_arg,
+    check_projection_args,
+    check_read_args,
+    check_session_ids,
+    check_text,
+)
 from .contract import (
     AppendOp,
     BatchResult,
-    GroupOp,
     Pin,
     Store,
     WriteOp,
-    check_ops,
 )
-from .errors import (
-    ClosedError,
-    InvalidArgumentError,
-    OwnershipLostError,
-    SessionExistsError,
-    SessionOwnedError,
-    SnapshotExpiredError,
-    TidelogError,
-)
-from .leases import holder_is_dead
+from .errors import ClosedError, ReadOnlyError
 from .records import (
     JSON,
-    NewEvent,
     SessionInfo,
     StoredEvent,
     check_count,
+    check_flag,
     check_seq,
-    decode_json,
-    decode_json_object,
     events_from_rows,
-    prepare_events,
-    validate_header,
     validate_session_id,
 )
+from .sqlite_base import in_savepoint, map_errors, one, transaction
 from .sqlite_lineage import find_run as lineage_find_run
-from .sqlite_lineage import fork_session
-from .sqlite_schema import Synchronous, check_integrity, map_errors, open_connection
+from .sqlite_lineage import fork_session, ranges_of
+from .sqlite_schema import (
+    Synchronous,
+    check_integrity,
+    check_options,
+    check_path,
+    open_connection,
+    open_read_only,
+)
 
 __all__ = ["CHECKPOINT_FALLBACK_PAGES", "Checkpoints", "SqliteStore"]
 
@@ -75,8 +80,6 @@ Checkpoints = Literal["auto", "deferred"]
 #: checkpoint is short.
 CHECKPOINT_FALLBACK_PAGES = 4000
 
-_INFO_COLUMNS = "id, head, created_at, updated_at, header, parent_id, parent_seq"
-
 
 def _plain_appends(ops: Sequence[WriteOp]) -> TypeGuard[Sequence[AppendOp]]:
     """True for a batch of appends to distinct sessions (the group-commit fast path)."""
@@ -85,23 +88,17 @@ def _plain_appends(ops: Sequence[WriteOp]) -> TypeGuard[Sequence[AppendOp]]:
     return len({op.session_id for op in ops}) == len(ops)
 
 
-def _session_ids(op: WriteOp) -> list[str]:
-    """The sessions an op touches (several for a group)."""
-    if isinstance(op, GroupOp):
-        return list(dict.fromkeys(member.session_id for member in op.ops))
-    return [op.session_id]
+def _apply_isolated(conn: apsw.Connection, op: WriteOp, now: float) -> int:
+    """One op of a general batch, in a savepoint of its own (see :func:`run_batch`)."""
+    return in_savepoint(conn, sqlops.apply_op, op, now)
 
 
-def _info(row: Sequence[Any]) -> SessionInfo:
-    """A :class:`SessionInfo` from a ``_INFO_COLUMNS`` row."""
-    session_id, head, created_at, updated_at, header_json, parent_id, parent_seq = row
-    header = decode_json(header_json)
-    assert isinstance(header, dict)
-    parent = None if parent_id is None else (parent_id, parent_seq)
-    return SessionInfo(session_id, head, created_at, updated_at, header, parent)
+class _OpByOp(Exception):
+    """The fast path met a value too big for SQLite: redo the batch op by op, so that
+    the op holding it fails alone (a control-flow signal, never seen by callers)."""
 
 
-class SqliteStore:
+class SqliteStore(BatchingStore):
     """A :class:`~stores.contract.Store` in one SQLite file (WAL, apsw).
 
     Args:
@@ -116,10 +113,20 @@ class SqliteStore:
             the database file, SQLite's default) or ``"deferred"`` (commits leave that to
             the owner, who calls :meth:`checkpoint_wal` on another handle, off the write path;
             see :data:`Checkpoints`).
+        read_only: open an existing file for reading only: it is never created, migrated
+            or written, and every write method raises :class:`~stores.errors.ReadOnlyError`
+            (see :func:`~stores.sqlite_schema.open_read_only`). :attr:`immutable` tells
+            whether the file had to be opened as immutable (its directory is not writable).
+        length_limit: SQLite's ``SQLITE_LIMIT_LENGTH`` for this connection, in bytes: the
+            longest text and the largest row it stores or reads (``None``: SQLite's
+            1,000,000,000). A batch op that would store more fails alone with
+            :class:`~stores.errors.InvalidEventError`. Clones inherit it.
 
-    Raises (at open): :class:`~stores.errors.UnsupportedFormatError` for a foreign or newer
-    file (left untouched), :class:`~stores.errors.StoreCorruptError`,
-    :class:`~stores.errors.StoreIOError`, :class:`~stores.errors.InvalidArgumentError`.
+    Every option is checked before any file is touched. Raises (at open):
+    :class:`~stores.errors.InvalidArgumentError` (bad option or path),
+    :class:`~stores.errors.UnsupportedFormatError` for a foreign or newer file (left
+    untouched) -- or, read-only, an older one --, :class:`~stores.errors.StoreCorruptError`,
+    :class:`~stores.errors.StoreIOError`.
     """
 
     durable = True
@@ -133,38 +140,47 @@ class SqliteStore:
         busy_timeout_ms: int = 5000,
         integrity_check_on_open: bool = False,
         checkpoints: Checkpoints = "auto",
+        read_only: bool = False,
+        length_limit: int | None = None,
     ) -> None:
-        if not isinstance(path, str | os.PathLike):
-            raise InvalidArgumentError(f"path must be a str or PathLike, not {type(path).__name__}")
-        self.path = os.fspath(path)
-        if "\x00" in self.path:
-            raise InvalidArgumentError(f"path contains a NUL character: {self.path!r}")
-        try:
-            self.path.encode("utf-8")  # SQLite takes UTF-8 file names
-        except UnicodeEncodeError:
-            raise InvalidArgumentError(f"path is not valid UTF-8: {self.path!r}") from None
-        if not self.path or self.path == ":memory:" or self.path.startswith("file:"):
-            raise InvalidArgumentError(
-                f"path must name a file (use MemoryStore for in-memory data), not {self.path!r}"
-            )
-        if checkpoints not in ("auto", "deferred"):
-            raise InvalidArgumentError(
-                f"checkpoints must be 'auto' or 'deferred', not {checkpoints!r}"
-            )
+        self.path = check_path(path)
+        check_options(
+            synchronous=synchronous,
+            checkpoints=checkpoints,
+            busy_timeout_ms=busy_timeout_ms,
+            integrity_check=integrity_check_on_open,
+            read_only=read_only,
+            length_limit=length_limit,
+        )
         self.synchronous: Synchronous = synchronous
         self.busy_timeout_ms = busy_timeout_ms
         self.checkpoints: Checkpoints = checkpoints
+        self.read_only = read_only
+        self.length_limit = length_limit
+        #: True when the file is read as immutable: a read-only store whose directory does
+        #: not let SQLite create the WAL index. It then sees no later change of the file.
+        self.immutable = False
         #: Frames in the WAL after this handle's last commit (kept with ``"deferred"``).
         self.wal_pages = 0
         self._fallback_done = 0
         self._lock = threading.RLock()
-        self._conn: apsw.Connection | None = open_connection(
-            self.path,
-            synchronous=synchronous,
-            busy_timeout_ms=busy_timeout_ms,
-            integrity_check=integrity_check_on_open,
-        )
-        if checkpoints == "deferred":
+        self._conn: apsw.Connection | None
+        if read_only:
+            self._conn, self.immutable = open_read_only(
+                self.path,
+                busy_timeout_ms=busy_timeout_ms,
+                integrity_check=integrity_check_on_open,
+                length_limit=length_limit,
+            )
+        else:
+            self._conn = open_connection(
+                self.path,
+                synchronous=synchronous,
+                busy_timeout_ms=busy_timeout_ms,
+                integrity_check=integrity_check_on_open,
+                length_limit=length_limit,
+            )
+        if checkpoints == "deferred" and not read_only:
             # A WAL hook replaces SQLite's own autocheckpoint (which is such a hook).
             self._conn.set_wal_hook(self._note_wal_pages)
         self._unsynced = False
@@ -180,43 +196,42 @@ class SqliteStore:
     # -- plumbing ----------------------------------------------------------------------
 
     @contextmanager
-    def _connection(self, what: str) -> Iterator[apsw.Connection]:
-        """Lock the connection and translate driver errors for one operation."""
+    def _connection(self, what: str, *, write: bool = False) -> Iterator[apsw.Connection]:
+        """Lock the connection and translate driver errors for one operation (``write``:
+        see :func:`~stores.sqlite_base.map_errors`); a write is refused on a read-only
+        store, after the closed check."""
         with self._lock:
             conn = self._conn
             if conn is None:
                 raise ClosedError(f"{what}: this SqliteStore was closed")
-            with map_errors(what):
+            if write and self.read_only:
+                raise ReadOnlyError(what, f"this SqliteStore of {self.path!r} is read-only")
+            with map_errors(what, writing=write):
                 yield conn
 
     @contextmanager
     def _write(
-        self, what: str, *, sync: bool = False, fast_append: bool = False
+        self, what: str, *, sync: bool = False, fast_append: bool = False, touch: bool = False
     ) -> Iterator[apsw.Connection]:
         """One ``BEGIN IMMEDIATE`` transaction; rolled back whole on any exception.
 
         Any write but the append fast path's (``fast_append``) may change heads or leases
         behind that path's memory (:class:`~stores.sqlite_ops.KnownHeads`): it is forgotten.
+        ``touch`` writes a counter, for a ``sync`` transaction that writes nothing else
+        (an empty transaction would not reach the WAL, so it would not fsync it).
         """
-        with self._connection(what) as conn:
+        with self._connection(what, write=True) as conn:
             if not fast_append:
                 self._known.forget()
             full = sync and self.synchronous == "normal"
             if full:
                 conn.execute("PRAGMA synchronous=FULL")
             try:
-                conn.execute("BEGIN IMMEDIATE")
-                try:
+                with transaction(conn, "BEGIN IMMEDIATE"):
                     yield conn
-                    conn.execute("COMMIT")
-                except BaseException:
-                    if not conn.get_autocommit():
-                        conn.execute("ROLLBACK")
-                    raise
-                if full or self.synchronous == "full":
-                    self._unsynced = False
-                else:
-                    self._unsynced = True
+                    if touch:
+                        conn.execute("UPDATE meta SET value=value+1 WHERE key='sync_epoch'")
+                self._unsynced = not (full or self.synchronous == "full")
                 if self.wal_pages >= CHECKPOINT_FALLBACK_PAGES:
                     self._fallback_checkpoint(conn)
             finally:
@@ -229,81 +244,45 @@ class SqliteStore:
         self, session_id: str, header: dict[str, JSON] | None = None, *, exist_ok: bool = False
     ) -> SessionInfo:
         """See :meth:`Store.create`."""
-        validate_session_id(session_id)
-        header_json = validate_header(header)
+        header_json = check_create_args(session_id, header, exist_ok)
         with self._write("create") as conn:
-            row = conn.execute(
-                f"SELECT {_INFO_COLUMNS} FROM sessions WHERE id=?", (session_id,)
-            ).fetchone()
-            if row is not None:
-                if exist_ok:
-                    return _info(row)
-                raise SessionExistsError(session_id)
-            now = time.time()
-            conn.execute(
-                "INSERT INTO sessions(id, created_at, updated_at, header) VALUES (?,?,?,?)",
-                (session_id, now, now, header_json),
+            return sqlops.create_session(
+                conn, session_id, header_json, time.time(), exist_ok=exist_ok
             )
-            return SessionInfo(session_id, 0, now, now, decode_json_object(header_json))
-
-    def append(
-        self, session_id: str, events: Sequence[NewEvent], *, expected_head: int | None = None
-    ) -> int:
-        """See :meth:`Store.append`."""
-        validate_session_id(session_id)
-        check_seq(expected_head, "expected_head", allow_none=True)
-        prepared = tuple(prepare_events(events))
-        [result] = self.write_batch([AppendOp(session_id, prepared, expected_head)])
-        if isinstance(result, TidelogError):
-            raise result
-        return result
 
     def write_batch(self, ops: Sequence[WriteOp], *, sync: bool = False) -> list[BatchResult]:
-        """See :meth:`Store.write_batch`: one transaction, a savepoint per op."""
-        check_ops(ops)
+        """See :meth:`Store.write_batch`: one transaction, a savepoint per op -- or, for
+        appends to distinct sessions, a handful of statements for the whole batch."""
+        check_ops(ops, sync)
         writes = any(not isinstance(op, AppendOp) or op.events for op in ops)
         if not writes and not (sync and self._needs_sync()):
             # Nothing to write and nothing to make durable: checks only, no transaction.
-            with self._connection("write_batch") as conn:
+            with self._connection("write_batch", write=True) as conn:
                 return [sqlops.check_op(conn, op) for op in ops]
         if _plain_appends(ops):
-            with self._write("write_batch", sync=sync, fast_append=True) as conn:
-                results, committed = sqlops.append_many(conn, ops, time.time(), self._known)
-                if not writes:
-                    conn.execute("UPDATE meta SET value=value+1 WHERE key='sync_epoch'")
-            committed()
-            return results
-        results = []
-        failed: dict[str, TidelogError] = {}
-        with self._write("write_batch", sync=sync) as conn:
-            now = time.time()
-            for op in ops:
-                ids = _session_ids(op)
-                earlier = next((failed[i] for i in ids if i in failed), None)
-                if earlier is not None:
-                    results.append(earlier)
-                    continue
-                conn.execute("SAVEPOINT op")
-                try:
-                    results.append(sqlops.apply_op(conn, op, now))
-                except TidelogError as exc:
-                    conn.execute("ROLLBACK TO op")
-                    for session_id in ids:
-                        failed[session_id] = exc
-                    results.append(exc)
-                finally:
-                    conn.execute("RELEASE op")
-            if not writes:
-                conn.execute("UPDATE meta SET value=value+1 WHERE key='sync_epoch'")
-        return results
+            try:
+                with self._write(
+                    "write_batch", sync=sync, fast_append=True, touch=not writes
+                ) as conn:
+                    try:
+                        results, committed = sqlops.append_many(conn, ops, time.time(), self._known)
+                    except apsw.TooBigError as exc:
+                        raise _OpByOp from exc
+            except _OpByOp:
+                pass  # rolled back whole; the general path below isolates the op
+            else:
+                committed()
+                return results
+        return run_batch(
+            ops,
+            self._write("write_batch", sync=sync, touch=not writes),
+            _apply_isolated,
+            permanent=sqlops.permanent_error,
+        )
 
     def _needs_sync(self) -> bool:
         """True if commits of this handle are not yet fsynced."""
         return self._unsynced and self.synchronous == "normal"
-
-    def sync(self) -> None:
-        """See :meth:`Store.sync`."""
-        self.write_batch([], sync=True)
 
     def delete(self, session_id: str) -> bool:
         """See :meth:`Store.delete`."""
@@ -321,10 +300,7 @@ class SqliteStore:
     ) -> SessionInfo:
         """See :meth:`Store.fork`. O(1): the child shares the source's prefix (see
         :mod:`stores.sqlite_lineage`)."""
-        validate_session_id(source_id)
-        validate_session_id(new_id)
-        check_seq(at_seq, "at_seq", allow_none=True)
-        extra = decode_json_object(validate_header(header))
+        extra = check_fork_args(source_id, new_id, header)
         with self._write("fork") as conn:
             return fork_session(conn, source_id, new_id, at_seq, extra, time.time())
 
@@ -347,17 +323,13 @@ class SqliteStore:
     ) -> list[StoredEvent]:
         """See :meth:`Store.read`."""
         validate_session_id(session_id)
-        check_seq(since_seq, "since_seq")
-        check_seq(until_seq, "until_seq", allow_none=True)
-        check_count(limit, "limit")
-        if pin is not None:
-            until_seq = pin.as_of_seq if until_seq is None else min(until_seq, pin.as_of_seq)
-        until = (1 << 62) if until_seq is None else until_seq
+        bound = check_read_args(since_seq, until_seq, limit, pin, from_end)
+        until = (1 << 62) if bound is None else bound
         with self._connection("read") as conn:
             if pin is None:
                 rows = sqlops.read_session_rows(conn, session_id, since_seq, until, limit, from_end)
             else:
-                with sqlops.read_transaction(conn):
+                with transaction(conn):
                     sqlops.check_pin(conn, session_id, pin)
                     rows = sqlops.read_session_rows(
                         conn, session_id, since_seq, until, limit, from_end
@@ -376,9 +348,9 @@ class SqliteStore:
         validate_session_id(session_id)
         with self._connection("stat") as conn:
             row = conn.execute(
-                f"SELECT {_INFO_COLUMNS} FROM sessions WHERE id=?", (session_id,)
+                f"SELECT {sqlops.INFO_COLUMNS} FROM sessions WHERE id=?", (session_id,)
             ).fetchone()
-        return None if row is None else _info(row)
+        return None if row is None else sqlops.session_info(row)
 
     def pin(self, session_id: str) -> Pin | None:
         """See :meth:`Store.pin`."""
@@ -392,17 +364,19 @@ class SqliteStore:
     def find_run(self, session_id: str, run_id: str) -> tuple[int, int] | None:
         """See :meth:`Store.find_run` (served by the ``events_by_run`` index)."""
         validate_session_id(session_id)
+        check_text(run_id, "run_id")
         with self._connection("find_run") as conn:
             row = conn.execute("SELECT sid FROM sessions WHERE id=?", (session_id,)).fetchone()
             if row is None:
                 return None
-            return lineage_find_run(conn, sqlops.ranges_of(conn, row[0]), run_id)
+            return lineage_find_run(conn, ranges_of(conn, row[0]), run_id)
 
     def refresh_pin(self, pin: Pin) -> Pin:
         """See :meth:`Store.refresh_pin`."""
-        with self._connection("refresh_pin") as conn, sqlops.read_transaction(conn):
+        check_pin_arg(pin)
+        with self._connection("refresh_pin") as conn, transaction(conn):
             sqlops.check_pin(conn, pin.session_id, pin)
-            head, epoch = sqlops.one(
+            head, epoch = one(
                 conn, "SELECT head, epoch FROM sessions WHERE sid=?", (pin.incarnation,)
             )
         return Pin(pin.session_id, head, pin.incarnation, epoch)
@@ -412,93 +386,59 @@ class SqliteStore:
         check_count(limit, "limit")
         with self._connection("list_sessions") as conn:
             rows = conn.execute(
-                f"SELECT {_INFO_COLUMNS} FROM sessions ORDER BY updated_at DESC, id LIMIT ?",
+                f"SELECT {sqlops.INFO_COLUMNS} FROM sessions ORDER BY updated_at DESC, id LIMIT ?",
                 (-1 if limit is None else limit,),
             ).fetchall()
-        return [_info(r) for r in rows]
+        return [sqlops.session_info(r) for r in rows]
 
     # -- projection checkpoints --------------------------------------------------------
 
     def save_projection(self, pin: Pin, name: str, version: int, state_json: str) -> None:
         """See :meth:`Store.save_projection`."""
+        check_pin_arg(pin)
+        check_projection_args(name, version, state_json)
         with self._write("save_projection") as conn:
-            row = conn.execute("SELECT sid FROM sessions WHERE id=?", (pin.session_id,)).fetchone()
-            if row is None or row[0] != pin.incarnation:
-                return
-            conn.execute(
-                "INSERT OR REPLACE INTO projections(sid, name, version, seq, epoch, state) "
-                "VALUES (?,?,?,?,?,?)",
-                (pin.incarnation, name, version, pin.as_of_seq, pin.epoch, state_json),
-            )
+            aux.save_projection(conn, pin, name, version, state_json)
 
     def load_projection(self, session_id: str, name: str, version: int) -> tuple[int, str] | None:
         """See :meth:`Store.load_projection`."""
         validate_session_id(session_id)
-        with self._connection("load_projection") as conn, sqlops.read_transaction(conn):
-            row = conn.execute(
-                "SELECT p.sid, p.version, p.seq, p.epoch, p.state FROM projections AS p "
-                "JOIN sessions AS s ON s.sid = p.sid WHERE s.id=? AND p.name=?",
-                (session_id, name),
-            ).fetchone()
-            if row is None or row[1] != version:
-                return None
-            sid, _, seq, epoch, state = row
-            try:
-                sqlops.check_pin(conn, session_id, Pin(session_id, seq, sid, epoch))
-            except SnapshotExpiredError:
-                return None
-            return int(seq), str(state)
+        check_projection_args(name, version)
+        with self._connection("load_projection") as conn, transaction(conn):
+            return aux.load_projection(conn, session_id, name, version)
 
     # -- leases ------------------------------------------------------------------------
 
     def acquire_lease(self, session_id: str, owner: str, *, ttl: float, holder: str) -> None:
         """See :meth:`Store.acquire_lease`."""
         validate_session_id(session_id)
+        check_lease_args(owner, ttl=ttl, holder=holder)
         with self._write("acquire_lease") as conn:
-            now = time.time()
-            row = conn.execute(
-                "SELECT owner, holder, expires FROM leases WHERE id=?", (session_id,)
-            ).fetchone()
-            if row is not None and row[0] != owner and row[2] > now and not holder_is_dead(row[1]):
-                raise SessionOwnedError(session_id, row[1])
-            conn.execute(
-                "INSERT OR REPLACE INTO leases(id, owner, holder, expires) VALUES (?,?,?,?)",
-                (session_id, owner, holder, now + ttl),
-            )
+            aux.acquire_lease(conn, session_id, owner, holder, time.time(), ttl)
 
     def renew_lease(self, session_id: str, owner: str, *, ttl: float) -> None:
         """See :meth:`Store.renew_lease`."""
         validate_session_id(session_id)
+        check_lease_args(owner, ttl=ttl)
         with self._write("renew_lease") as conn:
-            conn.execute(
-                "UPDATE leases SET expires=? WHERE id=? AND owner=?",
-                (time.time() + ttl, session_id, owner),
-            )
-            if conn.changes() == 0:
-                raise OwnershipLostError(session_id)
+            aux.renew_lease(conn, session_id, owner, time.time() + ttl)
 
     def renew_leases(self, owner: str, session_ids: Sequence[str], *, ttl: float) -> list[str]:
         """See :meth:`Store.renew_leases`."""
-        ids = [validate_session_id(i) for i in session_ids]
+        ids = check_session_ids(session_ids)
+        check_lease_args(owner, ttl=ttl)
         if not ids:
-            return []
-        lost: list[str] = []
+            with self._connection("renew_leases", write=True):
+                return []
         with self._write("renew_leases") as conn:
-            expires = time.time() + ttl
-            for session_id in ids:
-                conn.execute(
-                    "UPDATE leases SET expires=? WHERE id=? AND owner=?",
-                    (expires, session_id, owner),
-                )
-                if conn.changes() == 0:
-                    lost.append(session_id)
-        return lost
+            return aux.renew_leases(conn, owner, ids, time.time() + ttl)
 
     def release_lease(self, session_id: str, owner: str) -> None:
         """See :meth:`Store.release_lease`."""
         validate_session_id(session_id)
+        check_lease_args(owner)
         with self._write("release_lease") as conn:
-            conn.execute("DELETE FROM leases WHERE id=? AND owner=?", (session_id, owner))
+            aux.release_lease(conn, session_id, owner)
 
     # -- maintenance, handles ----------------------------------------------------------
 
@@ -513,7 +453,7 @@ class SqliteStore:
 
     def checkpoint_wal(self) -> int:
         """See :meth:`Store.checkpoint_wal`: a PASSIVE WAL checkpoint on this connection."""
-        with self._connection("checkpoint") as conn:
+        with self._connection("checkpoint_wal", write=True) as conn:
             return self._checkpoint(conn)
 
     @staticmethod
@@ -537,10 +477,13 @@ class SqliteStore:
     def data_version(self) -> int:
         """``PRAGMA data_version``: changes when another connection or process commits."""
         with self._connection("data_version") as conn:
-            return int(sqlops.one(conn, "PRAGMA data_version")[0])
+            return int(one(conn, "PRAGMA data_version")[0])
 
-    def clone(self) -> SqliteStore:
-        """Another connection to the same file with the same settings."""
+    def clone(self, *, read_only: bool | None = None) -> SqliteStore:
+        """Another connection to the same file with the same settings; read-only if this
+        store is, or if ``read_only`` is True."""
+        if read_only is not None:
+            check_flag(read_only, "read_only")
         with self._connection("clone"):
             pass
         return SqliteStore(
@@ -548,6 +491,8 @@ class SqliteStore:
             synchronous=self.synchronous,
             busy_timeout_ms=self.busy_timeout_ms,
             checkpoints=self.checkpoints,
+            read_only=self.read_only or bool(read_only),
+            length_limit=self.length_limit,
         )
 
     def close(self) -> None:

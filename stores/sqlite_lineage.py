@@ -17,56 +17,52 @@ from typing import Any
 
 import apsw
 
-from .errors import InvalidArgumentError, SessionExistsError, SessionNotFoundError
+from ._checks import check_fork, fork_header
 from .records import JSON, SessionInfo, decode_json_object, encode_json
+from .sqlite_base import INSERT_EVENT, one
 
-__all__ = ["find_run", "fork_session", "pieces", "protect_children", "read_rows"]
+__all__ = ["find_run", "fork_session", "pieces", "protect_children", "ranges_of", "read_rows"]
 
 _COLUMNS = "seq, ts, kind, data, run_id"
 Row = tuple[Any, ...]
 Range = tuple[int, int, int]
 
 
-def _one(conn: apsw.Connection, sql: str, args: tuple[Any, ...]) -> tuple[Any, ...]:
-    row = conn.execute(sql, args).fetchone()
-    assert row is not None, sql
-    return tuple(row)
-
-
 def fork_session(
     conn: apsw.Connection,
     source_id: str,
     new_id: str,
-    at_seq: int | None,
+    at_seq: object,
     header: dict[str, JSON],
     now: float,
 ) -> SessionInfo:
     """Create ``new_id`` as a fork of ``source_id`` at ``at_seq`` (its head if None): one
     session row whose base is the session that stores the events at the fork point. The
-    child's header is the source's, updated with ``header``, ``forked_from`` and
-    ``fork_seq``. Runs in the caller's write transaction; arguments are validated.
+    child's header is :func:`~stores._checks.fork_header`'s. Runs in the caller's write
+    transaction; the ids and ``header`` are validated, ``at_seq`` is checked here, after
+    the lookups (:func:`~stores._checks.check_fork`'s order).
 
     Raises :class:`SessionExistsError`, :class:`SessionNotFoundError`, or
-    :class:`InvalidArgumentError` for an ``at_seq`` past the source's head."""
-    if conn.execute("SELECT 1 FROM sessions WHERE id=?", (new_id,)).fetchone():
-        raise SessionExistsError(new_id)
+    :class:`InvalidArgumentError` for a bad ``at_seq``, in that order."""
+    target = conn.execute("SELECT 1 FROM sessions WHERE id=?", (new_id,)).fetchone()
     row = conn.execute(
         "SELECT sid, head, header, base_sid, base_seq FROM sessions WHERE id=?", (source_id,)
     ).fetchone()
-    if row is None:
-        raise SessionNotFoundError(source_id)
-    sid, head, header_json, base_sid, base_seq = row
-    at = head if at_seq is None else at_seq
-    if at > head:
-        raise InvalidArgumentError(f"at_seq {at} is past the head {head} of session {source_id!r}")
+    at = check_fork(
+        source_id,
+        new_id,
+        at_seq,
+        target_exists=target is not None,
+        source_head=None if row is None else int(row[1]),
+    )
+    assert row is not None  # check_fork refused an unknown source
+    sid, _, header_json, base_sid, base_seq = row
     while base_sid is not None and at <= base_seq:  # point at the events' owner
         sid = base_sid
-        base_sid, base_seq = _one(
+        base_sid, base_seq = one(
             conn, "SELECT base_sid, base_seq FROM sessions WHERE sid=?", (sid,)
         )
-    merged = decode_json_object(header_json)
-    merged.update(header)
-    merged.update({"forked_from": source_id, "fork_seq": at})
+    merged = fork_header(decode_json_object(header_json), header, source_id, at)
     conn.execute(
         "INSERT INTO sessions(id, head, created_at, updated_at, header, parent_id, "
         "parent_seq, base_sid, base_seq) VALUES (?,?,?,?,?,?,?,?,?)",
@@ -92,6 +88,14 @@ def pieces(
         base_sid, hi = next_sid, lo
     out.reverse()
     return [p for p in out if p[2] > p[1]]
+
+
+def ranges_of(conn: apsw.Connection, sid: int) -> list[Range]:
+    """The ``(sid, lo, hi)`` ranges of a session's log (one unless it is a fork)."""
+    base_sid, base_seq, head = one(
+        conn, "SELECT base_sid, base_seq, head FROM sessions WHERE sid=?", (sid,)
+    )
+    return pieces(conn, sid, base_sid, base_seq, head)
 
 
 def read_rows(
@@ -129,7 +133,7 @@ def find_run(conn: apsw.Connection, ranges: list[Range], run_id: str) -> tuple[i
     """First and last seq tagged ``run_id`` across the ranges."""
     found: list[tuple[int, int]] = []
     for sid, lo, hi in ranges:
-        lo_seq, hi_seq = _one(
+        lo_seq, hi_seq = one(
             conn,
             "SELECT min(seq), max(seq) FROM events WHERE sid=? AND run_id=? AND seq>? AND seq<=?",
             (sid, run_id, lo, hi),
@@ -144,13 +148,6 @@ def _children(conn: apsw.Connection, sid: int) -> list[tuple[int, int]]:
     return [(int(row[0]), int(row[1])) for row in rows]
 
 
-def _ranges_of(conn: apsw.Connection, sid: int) -> list[Range]:
-    base_sid, base_seq, head = _one(
-        conn, "SELECT base_sid, base_seq, head FROM sessions WHERE sid=?", (sid,)
-    )
-    return pieces(conn, sid, base_sid, base_seq, head)
-
-
 def protect_children(conn: apsw.Connection, sid: int, cut: int, *, deleting: bool) -> None:
     """Before events of ``sid`` after ``cut`` are removed (or ``sid`` is deleted), copy
     into each child the part of its prefix it would lose, and re-point its base."""
@@ -158,19 +155,16 @@ def protect_children(conn: apsw.Connection, sid: int, cut: int, *, deleting: boo
         if not deleting and child_base <= cut:
             continue
         if deleting:
-            base_sid, base_seq = _one(
+            base_sid, base_seq = one(
                 conn, "SELECT base_sid, base_seq FROM sessions WHERE sid=?", (sid,)
             )
             keep = min(base_seq, child_base) if base_sid is not None else 0
             new_base: int | None = base_sid if keep > 0 else None
         else:
             keep, new_base = cut, (sid if cut > 0 else None)
-        source = [r for r in _ranges_of(conn, sid) if r[2] > keep]
+        source = [r for r in ranges_of(conn, sid) if r[2] > keep]
         rows = read_rows(conn, source, keep, child_base, None, False)
-        conn.executemany(
-            "INSERT INTO events(sid, seq, ts, kind, data, run_id) VALUES (?,?,?,?,?,?)",
-            [(child, *row) for row in rows],
-        )
+        conn.executemany(INSERT_EVENT, [(child, *row) for row in rows])
         conn.execute(
             "UPDATE sessions SET base_sid=?, base_seq=? WHERE sid=?", (new_base, keep, child)
         )

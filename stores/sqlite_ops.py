@@ -8,13 +8,13 @@ on the connection's owner thread; none commits. Errors are tidelog errors (the c
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable, Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, cast
 
 import apsw
 import attrs
 
+from ._batching import StoredTail, check_replace, resent_tail
 from .contract import (
     AppendOp,
     BatchResult,
@@ -23,51 +23,64 @@ from .contract import (
     ReplaceOp,
     TruncateOp,
     WriteOp,
-    check_replace,
 )
 from .errors import (
     ConflictError,
     InvalidArgumentError,
+    InvalidEventError,
     OwnershipLostError,
+    SessionExistsError,
     SnapshotExpiredError,
     StoreCorruptError,
     TidelogError,
 )
-from .records import PreparedEvent, decode_json, encode_id_list
-from .sqlite_lineage import pieces, protect_children, read_rows
+from .records import (
+    PreparedEvent,
+    SessionInfo,
+    decode_json,
+    decode_json_object,
+    encode_id_list,
+)
+from .sqlite_base import INSERT_EVENT, one
+from .sqlite_lineage import pieces, protect_children, ranges_of, read_rows
+
+#: The columns :func:`session_info` builds a :class:`SessionInfo` from.
+INFO_COLUMNS = "id, head, created_at, updated_at, header, parent_id, parent_seq"
 
 
-@contextmanager
-def read_transaction(conn: apsw.Connection) -> Iterator[None]:
-    """A short deferred read transaction: one consistent view for several statements.
-
-    Ends with COMMIT, or ROLLBACK on an error -- unless SQLite already ended it (an I/O
-    error rolls the transaction back itself), so the original error is what propagates.
-    """
-    conn.execute("BEGIN")
+def session_info(row: Sequence[Any]) -> SessionInfo:
+    """A :class:`SessionInfo` from an :data:`INFO_COLUMNS` row."""
+    session_id, head, created_at, updated_at, header_json, parent_id, parent_seq = row
     try:
-        yield
-    except BaseException:
-        if not conn.get_autocommit():
-            conn.execute("ROLLBACK")
-        raise
-    if not conn.get_autocommit():
-        conn.execute("COMMIT")
+        header = decode_json_object(header_json)
+    except ValueError as exc:  # InvalidArgumentError is one too
+        raise StoreCorruptError(
+            f"session {session_id!r}: the stored header is not a JSON object ({exc})"
+        ) from exc
+    parent = None if parent_id is None else (parent_id, parent_seq)
+    return SessionInfo(session_id, head, created_at, updated_at, header, parent)
 
 
-def one(conn: apsw.Connection, sql: str, args: tuple[Any, ...] = ()) -> tuple[Any, ...]:
-    """Run a query that always yields exactly one row and return it."""
-    row = conn.execute(sql, args).fetchone()
-    assert row is not None, sql
-    return tuple(row)
+def create_session(
+    conn: apsw.Connection, session_id: str, header_json: str, now: float, *, exist_ok: bool
+) -> SessionInfo:
+    """Create an empty session (see :meth:`Store.create <stores.contract.Store.create>`)."""
+    row = conn.execute(f"SELECT {INFO_COLUMNS} FROM sessions WHERE id=?", (session_id,)).fetchone()
+    if row is not None:
+        if exist_ok:
+            return session_info(row)
+        raise SessionExistsError(session_id)
+    new_session(conn, session_id, now, header_json)
+    return SessionInfo(session_id, 0, now, now, decode_json_object(header_json))
 
 
-def ranges_of(conn: apsw.Connection, sid: int) -> list[tuple[int, int, int]]:
-    """The ``(sid, lo, hi)`` ranges of a session's log (one unless it is a fork)."""
-    base_sid, base_seq, head = one(
-        conn, "SELECT base_sid, base_seq, head FROM sessions WHERE sid=?", (sid,)
+def new_session(conn: apsw.Connection, session_id: str, now: float, header_json: str) -> int:
+    """Insert the row of a new, empty session; its sid."""
+    conn.execute(
+        "INSERT INTO sessions(id, created_at, updated_at, header) VALUES (?,?,?,?)",
+        (session_id, now, now, header_json),
     )
-    return pieces(conn, sid, base_sid, base_seq, head)
+    return int(conn.last_insert_rowid())
 
 
 #: What a session's row and lease held after this connection's last commit:
@@ -148,10 +161,7 @@ def append_many(
                 raise OwnershipLostError(op.session_id)
             events = op.events
             if op.expected_head is not None and op.expected_head != head:
-                done = landed(conn, sid, op, head) if op.retry and sid is not None else 0
-                if not done:
-                    raise ConflictError(op.session_id, op.expected_head, head)
-                events = events[done:]
+                events = resent_tail(op, head, stored_tail(conn, sid))
         except TidelogError as exc:
             results.append(exc)
             if sid is not None:
@@ -159,11 +169,7 @@ def append_many(
             continue
         if events:
             if sid is None:
-                conn.execute(
-                    "INSERT INTO sessions(id, created_at, updated_at, header) VALUES (?,?,?,?)",
-                    (op.session_id, now, now, op.header_json),
-                )
-                sid = conn.last_insert_rowid()
+                sid = new_session(conn, op.session_id, now, op.header_json)
             if len(events) == 1:  # the usual case: one awaited append
                 event = events[0]
                 events_rows.append((sid, head + 1, now, event.kind, event.data_json, event.run_id))
@@ -178,10 +184,7 @@ def append_many(
             rows_after[op.session_id] = (sid, head, owner)
         results.append(head)
     if events_rows:
-        conn.executemany(
-            "INSERT INTO events(sid, seq, ts, kind, data, run_id) VALUES (?,?,?,?,?,?)",
-            events_rows,
-        )
+        conn.executemany(INSERT_EVENT, events_rows)
         conn.executemany("UPDATE sessions SET head=?, updated_at=? WHERE sid=?", updates)
     return results, functools.partial(known.committed, version, rows_after, fresh=fresh)
 
@@ -207,14 +210,7 @@ def replace_tail(conn: apsw.Connection, op: ReplaceOp, now: float) -> int:
     row = conn.execute("SELECT sid, head FROM sessions WHERE id=?", (op.session_id,)).fetchone()
     head = 0 if row is None else int(row[1])
     check_replace(op, head)
-    if row is None:
-        conn.execute(
-            "INSERT INTO sessions(id, created_at, updated_at) VALUES (?,?,?)",
-            (op.session_id, now, now),
-        )
-        sid = conn.last_insert_rowid()
-    else:
-        sid = row[0]
+    sid = new_session(conn, op.session_id, now, "{}") if row is None else row[0]
     truncate_session(conn, op.session_id, op.from_seq, now)
     insert_events(conn, sid, op.from_seq, op.events, now)
     return op.from_seq + len(op.events)
@@ -227,7 +223,7 @@ def insert_events(
     if not events:
         return
     conn.executemany(
-        "INSERT INTO events(sid, seq, ts, kind, data, run_id) VALUES (?,?,?,?,?,?)",
+        INSERT_EVENT,
         [
             (sid, head + i, now, ev.kind, ev.data_json, ev.run_id)
             for i, ev in enumerate(events, start=1)
@@ -236,6 +232,33 @@ def insert_events(
     conn.execute(
         "UPDATE sessions SET head=?, updated_at=? WHERE sid=?", (head + len(events), now, sid)
     )
+
+
+def permanent_error(conn: apsw.Connection, op: WriteOp, exc: Exception) -> TidelogError | None:
+    """For :func:`~stores._batching.run_batch`: the op's own error for a driver failure
+    that retrying can never fix -- a value over this connection's length limit
+    (``TooBigError``): :class:`InvalidEventError` naming the op's largest event, the one
+    that cannot fit (``index`` None when the op has no events: its header did not fit).
+    ``None`` for any other failure, which fails the whole batch."""
+    if not isinstance(exc, apsw.TooBigError):
+        return None
+    limit = conn.limit(apsw.SQLITE_LIMIT_LENGTH, -1)
+    members = op.ops if isinstance(op, GroupOp) else (op,)
+    index, kind, size, session_id = None, None, -1, members[0].session_id
+    for member in members:
+        for i, event in enumerate(getattr(member, "events", ())):
+            bytes_ = len(event.data_json.encode()) + len(event.kind) + len(event.run_id or "")
+            if bytes_ > size:
+                index, kind, size, session_id = i, event.kind, bytes_, member.session_id
+    what = "this event" if index is not None else "a value of this op (its header)"
+    error = InvalidEventError(
+        index,
+        kind,
+        f"session {session_id!r}: {what} does not fit in this SQLite store (its length "
+        f"limit is {limit} bytes per value and per row); nothing of the op was written",
+    )
+    error.__cause__ = exc
+    return error
 
 
 def check_op(conn: apsw.Connection, op: WriteOp) -> BatchResult:
@@ -269,34 +292,24 @@ def apply_append(conn: apsw.Connection, op: AppendOp, now: float) -> int:
     check_owner(conn, op.session_id, op.owner)
     events = op.events
     if op.expected_head is not None and op.expected_head != head:
-        done = landed(conn, row[0], op, head) if op.retry and row else 0
-        if not done:
-            raise ConflictError(op.session_id, op.expected_head, head)
-        events = events[done:]  # an earlier attempt landed this prefix
+        events = resent_tail(op, head, stored_tail(conn, None if row is None else row[0]))
     if not events:
         return head
-    if row is None:
-        conn.execute(
-            "INSERT INTO sessions(id, created_at, updated_at, header) VALUES (?,?,?,?)",
-            (op.session_id, now, now, op.header_json),
-        )
-        sid = conn.last_insert_rowid()
-    else:
-        sid = row[0]
+    sid = new_session(conn, op.session_id, now, op.header_json) if row is None else row[0]
     insert_events(conn, sid, head, events, now)
     return head + len(events)
 
 
-def landed(conn: apsw.Connection, sid: int, op: AppendOp, head: int) -> int:
-    """How many of a resent op's events already stand after ``expected_head`` (0 if
-    what stands there is not exactly a prefix of them)."""
-    assert op.expected_head is not None
-    landed = head - op.expected_head
-    if not 0 < landed <= len(op.events):
-        return 0
-    rows = read_rows(conn, ranges_of(conn, sid), op.expected_head, head, None, False)
-    mine = [(e.kind, e.data_json, e.run_id) for e in op.events[:landed]]
-    return landed if [tuple(r[2:]) for r in rows] == mine else 0
+def stored_tail(conn: apsw.Connection, sid: int | None) -> StoredTail:
+    """What :func:`~stores._batching.resent_tail` compares a resent op with: the
+    ``(kind, data, run_id)`` of the session's events in ``(lo, hi]`` (forks included)."""
+
+    def read(lo: int, hi: int) -> list[tuple[str, str, str | None]]:
+        assert sid is not None  # asked only about events that stand
+        rows = read_rows(conn, ranges_of(conn, sid), lo, hi, None, False)
+        return [(row[2], row[3], row[4]) for row in rows]
+
+    return read
 
 
 def delete_session(conn: apsw.Connection, session_id: str) -> bool:
@@ -388,7 +401,10 @@ def read_session_rows(
         return []
     sid, base_sid, base_seq, head = row
     if base_sid is None and limit is not None and limit <= PACKED_READ_MAX:
-        return packed_rows(conn, session_id, sid, since, until, limit, from_end)
+        try:
+            return packed_rows(conn, session_id, sid, since, until, limit, from_end)
+        except apsw.TooBigError:
+            pass  # the packed text would pass the length limit: fetch row by row
     if base_sid is None:  # the common case: one range, one statement
         return [
             tuple(r)

@@ -13,30 +13,35 @@ from __future__ import annotations
 
 import contextlib
 import os
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+import pathlib
+from collections.abc import Callable
 from typing import Literal
 
 import apsw
 
 from .errors import (
-    ClosedError,
     InvalidArgumentError,
-    StoreBusyError,
     StoreCorruptError,
     StoreError,
     StoreIOError,
     TidelogError,
     UnsupportedFormatError,
 )
+from .records import check_flag
+from .sqlite_base import map_errors, transaction
 
 __all__ = [
     "APPLICATION_ID",
+    "MAX_BUSY_TIMEOUT_MS",
+    "MAX_LENGTH_LIMIT",
     "MIGRATIONS",
     "SCHEMA_VERSION",
     "Synchronous",
-    "map_errors",
+    "check_integrity",
+    "check_options",
+    "check_path",
     "open_connection",
+    "open_read_only",
 ]
 
 #: ``PRAGMA application_id`` of every tidelog database: the bytes "tdlg".
@@ -120,35 +125,6 @@ MIGRATIONS: dict[int, Callable[[apsw.Connection], None]] = {
 }
 
 
-@contextmanager
-def map_errors(what: str) -> Iterator[None]:
-    """Translate apsw exceptions raised inside the block into tidelog errors.
-
-    ``what`` names the operation for the message. The apsw exception is kept as
-    ``__cause__``; no driver exception leaves this block.
-    """
-    try:
-        yield
-    except (apsw.BusyError, apsw.LockedError) as exc:
-        raise StoreBusyError(f"{what}: the database stayed locked ({exc})") from exc
-    except (apsw.CorruptError, apsw.NotADBError) as exc:
-        raise StoreCorruptError(f"{what}: the database file is corrupt ({exc})") from exc
-    except (
-        apsw.IOError,
-        apsw.FullError,
-        apsw.CantOpenError,
-        apsw.PermissionsError,
-        apsw.ReadOnlyError,
-    ) as exc:
-        raise StoreIOError(f"{what}: I/O failure ({exc})") from exc
-    except (apsw.ConnectionClosedError, apsw.CursorClosedError) as exc:
-        raise ClosedError(f"{what}: the connection is closed") from exc
-    except UnicodeDecodeError as exc:  # damaged text in a page that still parses
-        raise StoreCorruptError(f"{what}: stored text is not UTF-8 ({exc})") from exc
-    except apsw.Error as exc:
-        raise StoreError(f"{what}: {type(exc).__name__}: {exc}") from exc
-
-
 def _scalar(conn: apsw.Connection, sql: str) -> object:
     row = conn.execute(sql).fetchone()
     return None if row is None else row[0]
@@ -181,8 +157,7 @@ def _check_identity(conn: apsw.Connection) -> int:
 
 def _migrate(conn: apsw.Connection) -> None:
     """Bring the file to :data:`SCHEMA_VERSION` in one transaction (re-checked inside)."""
-    conn.execute("BEGIN IMMEDIATE")
-    try:
+    with transaction(conn, "BEGIN IMMEDIATE"):
         version = _check_identity(conn)
         while version < SCHEMA_VERSION:
             try:
@@ -196,11 +171,6 @@ def _migrate(conn: apsw.Connection) -> None:
             version += 1
         conn.execute(f"PRAGMA application_id={APPLICATION_ID}")
         conn.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
-        conn.execute("COMMIT")
-    except BaseException:
-        if not conn.get_autocommit():
-            conn.execute("ROLLBACK")
-        raise
 
 
 _MAGIC = b"SQLite format 3\x00"
@@ -234,14 +204,72 @@ def _create_file(path: str) -> None:
     os.close(fd)
 
 
+#: The longest ``busy_timeout_ms`` (SQLite takes a C ``int`` of milliseconds: ~24.8 days).
+MAX_BUSY_TIMEOUT_MS = 2**31 - 1
+#: The largest ``length_limit`` SQLite is built to accept here (its ``SQLITE_MAX_LENGTH``).
+MAX_LENGTH_LIMIT = 1_000_000_000
+
+
+def check_path(path: object) -> str:
+    """The file name of a database path (``str`` or ``os.PathLike``), refused with
+    :class:`InvalidArgumentError` if SQLite could not take it as a plain file name."""
+    if not isinstance(path, str | os.PathLike):
+        raise InvalidArgumentError(f"path must be a str or PathLike, not {type(path).__name__}")
+    name = os.fspath(path)
+    if not isinstance(name, str):
+        raise InvalidArgumentError(f"path must name a file with a str, not {name!r}")
+    if "\x00" in name:
+        raise InvalidArgumentError(f"path contains a NUL character: {name!r}")
+    try:
+        name.encode("utf-8")  # SQLite takes UTF-8 file names
+    except UnicodeEncodeError:
+        raise InvalidArgumentError(f"path is not valid UTF-8: {name!r}") from None
+    if not name or name == ":memory:" or name.startswith("file:"):
+        raise InvalidArgumentError(
+            f"path must name a file (use MemoryStore for in-memory data), not {name!r}"
+        )
+    return name
+
+
+def check_options(
+    *,
+    synchronous: object,
+    checkpoints: object,
+    busy_timeout_ms: object,
+    integrity_check: object,
+    read_only: object,
+    length_limit: object,
+) -> None:
+    """Refuse bad options of an open with :class:`InvalidArgumentError` -- before any
+    file is created or opened."""
+    if synchronous not in ("normal", "full"):
+        raise InvalidArgumentError(f"synchronous must be 'normal' or 'full', not {synchronous!r}")
+    if checkpoints not in ("auto", "deferred"):
+        raise InvalidArgumentError(f"checkpoints must be 'auto' or 'deferred', not {checkpoints!r}")
+    if type(busy_timeout_ms) is not int or not 0 <= busy_timeout_ms <= MAX_BUSY_TIMEOUT_MS:
+        raise InvalidArgumentError(
+            f"busy_timeout_ms must be an int in 0..{MAX_BUSY_TIMEOUT_MS}, not {busy_timeout_ms!r}"
+        )
+    check_flag(integrity_check, "integrity_check_on_open")
+    check_flag(read_only, "read_only")
+    if length_limit is not None and (
+        type(length_limit) is not int or not 1 <= length_limit <= MAX_LENGTH_LIMIT
+    ):
+        raise InvalidArgumentError(
+            f"length_limit must be None or an int in 1..{MAX_LENGTH_LIMIT}, not {length_limit!r}"
+        )
+
+
 def open_connection(
     path: str,
     *,
     synchronous: Synchronous,
     busy_timeout_ms: int,
     integrity_check: bool = False,
+    length_limit: int | None = None,
 ) -> apsw.Connection:
-    """Open, identify, migrate and configure one connection. The single place for setup.
+    """Open, identify, migrate and configure one connection for reads and writes, creating
+    the file if missing. Options are already checked (:func:`check_options`).
 
     Raises:
         UnsupportedFormatError: foreign or newer file (left untouched).
@@ -249,10 +277,6 @@ def open_connection(
         StoreIOError: the file cannot be created or opened.
         StoreBusyError: another process held the lock past ``busy_timeout_ms`` (setup).
     """
-    if synchronous not in ("normal", "full"):
-        raise InvalidArgumentError(f"synchronous must be 'normal' or 'full', not {synchronous!r}")
-    if type(busy_timeout_ms) is not int or busy_timeout_ms < 0:
-        raise InvalidArgumentError(f"busy_timeout_ms must be an int >= 0, not {busy_timeout_ms!r}")
     _create_file(path)
     _check_header(path)
     sidecars = {suffix: os.path.exists(path + suffix) for suffix in ("-wal", "-shm")}
@@ -281,11 +305,96 @@ def open_connection(
                     _scalar(conn, "PRAGMA journal_mode=WAL")
             conn.config(apsw.SQLITE_DBCONFIG_NO_CKPT_ON_CLOSE, 0)
             conn.execute(f"PRAGMA synchronous={synchronous.upper()}")
+            if length_limit is not None:
+                conn.limit(apsw.SQLITE_LIMIT_LENGTH, length_limit)
     except BaseException:
         conn.close()
         _remove_new_sidecars(path, sidecars)
         raise
     return conn
+
+
+def open_read_only(
+    path: str,
+    *,
+    busy_timeout_ms: int,
+    integrity_check: bool = False,
+    length_limit: int | None = None,
+) -> tuple[apsw.Connection, bool]:
+    """Open one read-only connection on an existing, current tidelog file, which is never
+    created, migrated or written (SQLite's ``mode=ro``). Returns the connection and
+    whether it reads the file as *immutable*.
+
+    A reader of a WAL database needs the ``-shm`` index (and an empty ``-wal``); SQLite
+    creates them next to the file if they are missing, as for any reader. Where they
+    cannot be created (a directory this process may not write), the file is opened with
+    ``immutable=1`` instead: read without locks, so it must not change while this
+    connection reads it -- unless the ``-wal`` holds commits, which an immutable reader
+    would not see: then the open fails.
+
+    Raises:
+        StoreIOError: the file does not exist or cannot be read.
+        UnsupportedFormatError: foreign or newer file, or one whose schema is older than
+            this tidelog's (it needs a migration, which only a writable open does).
+        StoreCorruptError: not a database, or ``integrity_check`` found damage.
+    """
+    if not os.path.isfile(path):
+        what = "not a regular file" if os.path.exists(path) else "no such file"
+        raise StoreIOError(f"open {path!r} read-only: {what} (a read-only store never creates one)")
+    _check_header(path)
+    uri = pathlib.Path(os.path.abspath(path)).as_uri() + "?mode=ro"
+    immutable = False
+    conn = _connect_read_only(path, uri)
+    try:
+        with map_errors(f"open {path!r} read-only"):
+            conn.config(apsw.SQLITE_DBCONFIG_NO_CKPT_ON_CLOSE, 1)
+            conn.set_busy_timeout(busy_timeout_ms)
+            try:
+                version = _check_identity(conn)
+            except (apsw.ReadOnlyError, apsw.CantOpenError) as exc:
+                _wal_must_be_empty(path, exc)
+                conn.close()
+                conn, immutable = _connect_read_only(path, uri + "&immutable=1"), True
+                conn.set_busy_timeout(busy_timeout_ms)
+                version = _check_identity(conn)
+            if version < SCHEMA_VERSION:
+                raise UnsupportedFormatError(
+                    f"open {path!r} read-only: schema version {version} is older than this "
+                    f"tidelog's ({SCHEMA_VERSION}); it needs a migration, which a read-only "
+                    "open never does: open it once with read_only=False"
+                )
+            if integrity_check:
+                ok, detail = check_integrity(conn)
+                if not ok:
+                    raise StoreCorruptError(f"open {path!r}: integrity check failed: {detail}")
+            if length_limit is not None:
+                conn.limit(apsw.SQLITE_LIMIT_LENGTH, length_limit)
+    except BaseException:
+        conn.close()
+        raise
+    return conn, immutable
+
+
+def _connect_read_only(path: str, uri: str) -> apsw.Connection:
+    flags = apsw.SQLITE_OPEN_READONLY | apsw.SQLITE_OPEN_URI | apsw.SQLITE_OPEN_NOFOLLOW
+    with map_errors(f"open {path!r} read-only"):
+        return apsw.Connection(uri, flags=flags)
+
+
+def _wal_must_be_empty(path: str, cause: apsw.Error) -> None:
+    """Before reading ``path`` as immutable: refuse if its WAL holds commits (an
+    immutable reader ignores the WAL, so it would miss them)."""
+    try:
+        size = os.path.getsize(path + "-wal")
+    except FileNotFoundError:
+        return
+    except OSError as exc:
+        raise StoreIOError(f"open {path!r} read-only: cannot inspect its WAL: {exc}") from cause
+    if size > 0:
+        raise StoreIOError(
+            f"open {path!r} read-only: its WAL holds commits, and their index (-shm) cannot "
+            f"be created here ({cause}); open it once where it is writable to checkpoint it"
+        ) from cause
 
 
 def _remove_new_sidecars(path: str, existed: dict[str, bool]) -> None:

@@ -5,11 +5,14 @@ from __future__ import annotations
 import pathlib
 from collections.abc import AsyncIterator
 from contextlib import AbstractAsyncContextManager
+from typing import TYPE_CHECKING
 
 import pytest
-from helpers import RuntimeFactory
 
-from runtime import MemoryStore, Runtime, open_runtime
+if TYPE_CHECKING:  # the runtime is imported by the fixtures that use it, not by every test
+    from helpers import RuntimeFactory
+
+    from runtime import Runtime
 
 
 @pytest.fixture(params=["memory", "sqlite"])
@@ -21,6 +24,8 @@ def backend(request: pytest.FixtureRequest, tmp_path: pathlib.Path) -> str:
 @pytest.fixture
 def make_runtime(backend: str, tmp_path: pathlib.Path) -> RuntimeFactory:
     """A factory of runtimes on the selected backend (one shared store per test)."""
+    from runtime import MemoryStore, open_runtime
+
     memory = MemoryStore()
 
     def factory(**options: object) -> AbstractAsyncContextManager[Runtime]:

@@ -36,12 +36,23 @@ from .forks import ForkCases
 from .handles import HandleCases
 from .inputs import InputCases
 from .leases import LeaseAndPinCases
+from .limits import LimitCases
 from .log import LogCases
+from .readonly import ReadOnlyCases
 
 __all__ = ["DurableStoreConformance", "StoreConformance"]
 
 
-class StoreConformance(LogCases, InputCases, BatchCases, LeaseAndPinCases, HandleCases, ForkCases):
+class StoreConformance(
+    LogCases,
+    InputCases,
+    LimitCases,
+    BatchCases,
+    LeaseAndPinCases,
+    HandleCases,
+    ForkCases,
+    ReadOnlyCases,
+):
     """Conformance cases for any :class:`~stores.contract.Store`.
 
     Subclass it (as ``Test...``) and implement :meth:`make_store`.

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -59,6 +61,36 @@ class ForkCases(ConformanceBase):
         for bad in (-1, 4, "2", 1.5, True):
             with pytest.raises(InvalidArgumentError):
                 store.fork("src", "new", at_seq=bad)  # type: ignore[arg-type]
+        assert store.stat("new") is None
+
+    @pytest.mark.parametrize(
+        "at_seq",
+        [-1, 4, 2**63, "2", 1.5, True, None],
+        ids=["negative", "past_head", "too_big", "str", "float", "bool", "none"],
+    )
+    def test_fork_existing_target_is_reported_first(self, store: Store, at_seq: Any) -> None:
+        """An existing target raises SessionExistsError whatever at_seq is (negative, past
+        the head, not an int) and whether or not the source exists; it stays unchanged."""
+        store.append("src", _events(3))
+        store.append("taken", _events(1, tag="mine"))
+        before = store.read("taken")
+        for source in ("src", "missing"):
+            with pytest.raises(SessionExistsError) as info:
+                store.fork(source, "taken", at_seq=at_seq)
+            assert info.value.session_id == "taken"
+        assert store.read("taken") == before
+        stat = store.stat("taken")
+        assert stat is not None and stat.parent is None
+
+    @pytest.mark.parametrize("at_seq", [-1, 2**63, "2", 1.5], ids=["negative", "big", "str", "f"])
+    def test_fork_unknown_source_is_reported_before_at_seq(self, store: Store, at_seq: Any) -> None:
+        """With a free target, an unknown source raises SessionNotFoundError whatever at_seq
+        is; with a known source, the bad at_seq raises InvalidArgumentError."""
+        store.append("src", _events(3))
+        with pytest.raises(SessionNotFoundError):
+            store.fork("missing", "new", at_seq=at_seq)
+        with pytest.raises(InvalidArgumentError):
+            store.fork("src", "new", at_seq=at_seq)
         assert store.stat("new") is None
 
     def test_fork_sides_are_independent(self, store: Store) -> None:

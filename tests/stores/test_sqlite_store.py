@@ -86,7 +86,9 @@ def raw(db: str) -> Iterator[Callable[..., apsw.Connection]]:
 
 
 def scalar(conn: apsw.Connection, sql: str) -> object:
-    return conn.execute(sql).fetchone()[0]  # type: ignore[index]
+    row = conn.execute(sql).fetchone()
+    assert row is not None, sql
+    return row[0]
 
 
 def schema_names(conn: apsw.Connection) -> list[str]:
@@ -815,8 +817,7 @@ def test_version_1_file_is_migrated_to_current(tmp_path: Path) -> None:
         assert store._conn is not None
         indexes = [r[0] for r in store._conn.execute("SELECT name FROM sqlite_schema")]
         assert "events_by_run" in indexes
-        version = store._conn.execute("PRAGMA user_version").fetchone()[0]
-        assert version == sqlite_schema.SCHEMA_VERSION
+        assert scalar(store._conn, "PRAGMA user_version") == sqlite_schema.SCHEMA_VERSION
     finally:
         store.close()
 

@@ -1,0 +1,260 @@
+"""The write rules every backend applies the same way, written once.
+
+A backend (memory, SQLite, PostgreSQL...) provides storage: how to open a transaction,
+how to make one op atomic inside it, what its driver's errors mean. The rules of the
+:class:`~stores.contract.Store` contract that do not depend on storage live here:
+
+* :func:`check_ops` -- what ``write_batch`` accepts, checked before anything is written;
+* :func:`run_batch` -- the order and failure rules of a batch, given the backend's
+  transaction and its "apply one op in isolation";
+* :func:`session_ids_of`, :func:`check_replace`, :func:`resent_tail` -- the per-op rules
+  (which sessions an op touches, a replace's preconditions, a resent append's landed
+  prefix);
+* :class:`BatchingStore` -- ``append`` and ``sync`` built on ``write_batch``.
+
+The argument checks of the other methods (``check_read_args``, ``check_fork``,
+``check_pin_arg``...) are in :mod:`stores._checks`.
+Synchronous, and free of any backend: nothing here imports a driver.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from contextlib import AbstractContextManager
+from typing import TypeVar
+
+from .contract import (
+    AppendOp,
+    BatchResult,
+    DeleteOp,
+    GroupOp,
+    ReplaceOp,
+    TruncateOp,
+    WriteOp,
+)
+from .errors import ConflictError, InvalidArgumentError, InvalidEventError, TidelogError
+from .records import (
+    _KNOWN_IDS,
+    NewEvent,
+    PreparedEvent,
+    check_flag,
+    check_seq,
+    prepare_events,
+    validate_session_id,
+)
+
+__all__ = [
+    "BatchingStore",
+    "StoredTail",
+    "check_ops",
+    "check_replace",
+    "resent_tail",
+    "run_batch",
+    "session_ids_of",
+]
+
+H = TypeVar("H")
+
+#: ``(kind, data_json, run_id)`` of the events stored with ``lo < seq <= hi``, in order:
+#: what :func:`resent_tail` compares a resent op's events with.
+StoredTail = Callable[[int, int], Sequence[tuple[str, str, str | None]]]
+
+
+# -- what write_batch accepts -----------------------------------------------------------
+
+
+def check_ops(ops: object, sync: object = False) -> None:
+    """Check the arguments of ``write_batch``: a sequence of well-formed write ops, and
+    the ``sync`` flag.
+
+    Raises :class:`~stores.errors.InvalidArgumentError` (or its subclasses
+    :class:`~stores.errors.InvalidSessionIdError`, :class:`~stores.errors.InvalidEventError`)
+    before anything is written."""
+    if not isinstance(ops, Sequence) or isinstance(ops, str | bytes):
+        raise InvalidArgumentError(f"ops must be a sequence, not {type(ops).__name__}")
+    check_flag(sync, "sync")
+    known, prepared = _KNOWN_IDS, PreparedEvent
+    for op in ops:
+        # The usual op, checked inline (this runs for every op of every batch): an append
+        # to a known id, no resend, no expected head or one within 64 bits.
+        if type(op) is AppendOp:
+            head = op.expected_head
+            events = op.events
+            if (
+                op.session_id in known
+                and (head is None or (type(head) is int and 0 <= head <= 0x7FFF_FFFF_FFFF_FFFF))
+                and op.retry is False
+                and type(events) is tuple
+                and (
+                    type(events[0]) is prepared
+                    if len(events) == 1  # one awaited append
+                    else all(type(event) is prepared for event in events)
+                )
+            ):
+                continue
+        _check_member(op, in_group=False)
+
+
+def _check_member(op: object, *, in_group: bool) -> None:
+    allowed: tuple[type, ...] = (AppendOp, TruncateOp, DeleteOp, ReplaceOp)
+    if not in_group:
+        allowed += (GroupOp,)
+    if not isinstance(op, AppendOp | TruncateOp | DeleteOp | ReplaceOp | GroupOp) or not (
+        isinstance(op, allowed)
+    ):
+        raise InvalidArgumentError(
+            f"write_batch takes {', '.join(t.__name__ for t in allowed)}, not {type(op).__name__}"
+        )
+    if isinstance(op, GroupOp):
+        if not isinstance(op.ops, tuple) or not op.ops:
+            raise InvalidArgumentError("GroupOp.ops must be a non-empty tuple of ops")
+        for member in op.ops:
+            _check_member(member, in_group=True)
+        return
+    validate_session_id(op.session_id)
+    if isinstance(op, AppendOp | ReplaceOp):
+        if op.expected_head is not None:
+            check_seq(op.expected_head, "expected_head")
+        if not isinstance(op.events, tuple | list):
+            raise InvalidArgumentError(
+                f"{type(op).__name__}.events must be a tuple, not {type(op.events).__name__}"
+            )
+        if not all(type(event) is PreparedEvent for event in op.events):
+            for index, event in enumerate(op.events):
+                if not isinstance(event, PreparedEvent):
+                    raise InvalidEventError(index, None, "op events must be PreparedEvent")
+    if isinstance(op, AppendOp) and type(op.retry) is not bool:
+        raise InvalidArgumentError(f"AppendOp.retry must be a bool, not {op.retry!r}")
+    if isinstance(op, TruncateOp):
+        check_seq(op.to_seq, "to_seq")
+    if isinstance(op, ReplaceOp):
+        check_seq(op.from_seq, "from_seq")
+
+
+# -- per-op rules -------------------------------------------------------------------------
+
+
+def session_ids_of(op: WriteOp) -> tuple[str, ...]:
+    """The sessions an op touches: its own, or a group's members' (first mention first)."""
+    if isinstance(op, GroupOp):
+        return tuple(dict.fromkeys(member.session_id for member in op.ops))
+    return (op.session_id,)
+
+
+def check_replace(op: ReplaceOp, head: int) -> None:
+    """The preconditions of a :class:`ReplaceOp` against the session's current ``head``:
+    ``expected_head`` (:class:`ConflictError`) and ``from_seq`` not past the head
+    (:class:`InvalidArgumentError`)."""
+    if op.expected_head is not None and op.expected_head != head:
+        raise ConflictError(op.session_id, op.expected_head, head)
+    if op.from_seq > head:
+        raise InvalidArgumentError(
+            f"session {op.session_id!r}: from_seq {op.from_seq} is past the head {head}"
+        )
+
+
+def resent_tail(op: AppendOp, head: int, stored: StoredTail) -> tuple[PreparedEvent, ...]:
+    """The events of ``op`` still to write, for an append whose ``expected_head`` is set and
+    is not the session's ``head`` (call it only then; the match is the usual case).
+
+    A resend (``retry=True``) whose first events already stand, exactly (kind, data,
+    run_id), right after ``expected_head`` -- an earlier attempt landed although it reported
+    an error -- writes only the rest. Anything else is a :class:`ConflictError`.
+    ``stored(lo, hi)`` reads what stands in ``(lo, hi]``; it is called only for a resend
+    that could have landed (so only for a session that exists)."""
+    expected = op.expected_head
+    assert expected is not None
+    landed = head - expected
+    if op.retry and 0 < landed <= len(op.events):
+        mine = [(event.kind, event.data_json, event.run_id) for event in op.events[:landed]]
+        if [tuple(row) for row in stored(expected, head)] == mine:
+            return op.events[landed:]
+    raise ConflictError(op.session_id, expected, head)
+
+
+# -- a batch ------------------------------------------------------------------------------
+
+
+def run_batch(
+    ops: Sequence[WriteOp],
+    transaction: AbstractContextManager[H],
+    apply_isolated: Callable[[H, WriteOp, float], int],
+    *,
+    permanent: Callable[[H, WriteOp, Exception], TidelogError | None] | None = None,
+) -> list[BatchResult]:
+    """Apply checked ops (:func:`check_ops`) in order in one transaction: the rules of
+    :meth:`Store.write_batch <stores.contract.Store.write_batch>`, for any backend.
+
+    The backend provides:
+
+    * ``transaction`` -- entered once around the whole batch; yields the handle given to
+      the other callbacks (a connection, the locked state...). It commits when the block
+      ends normally and rolls back everything when an exception leaves it.
+    * ``apply_isolated(handle, op, now)`` -- apply one op atomically *inside* that
+      transaction (a savepoint, or checks before any change) and return its result. On
+      any exception it must leave no trace of the op and re-raise.
+    * ``permanent(handle, op, exc)`` (optional) -- for an exception that is not a
+      :class:`TidelogError`: the per-op error (an :class:`InvalidArgumentError` subclass)
+      if retrying can never make this op succeed (a value over the backend's limits),
+      else ``None``.
+
+    The rules: one timestamp ``now`` for the whole batch, taken inside the transaction.
+    A :class:`TidelogError` from an op, or a permanent failure, is that op's result and
+    the other ops go on; any other exception fails the transaction as a whole (nothing of
+    the batch is written) and propagates. Once an op for a session failed, that session's
+    later ops in the batch are not applied and report the same error object, so one
+    session's writes never apply out of order.
+    """
+    results: list[BatchResult] = []
+    failed: dict[str, TidelogError] = {}
+    with transaction as handle:
+        now = time.time()
+        for op in ops:
+            ids = session_ids_of(op)
+            earlier = next((failed[i] for i in ids if i in failed), None) if failed else None
+            if earlier is not None:
+                results.append(earlier)
+                continue
+            try:
+                results.append(apply_isolated(handle, op, now))
+            except TidelogError as exc:
+                error: TidelogError = exc
+            except Exception as exc:
+                found = None if permanent is None else permanent(handle, op, exc)
+                if found is None:
+                    raise
+                error = found
+            else:
+                continue
+            for session_id in ids:
+                failed[session_id] = error
+            results.append(error)
+    return results
+
+
+class BatchingStore:
+    """Mixin for a backend whose writes of events all go through ``write_batch``: it
+    provides :meth:`append` and :meth:`sync` exactly as the contract words them, so a
+    backend only writes ``write_batch`` (and the rest of the contract)."""
+
+    def write_batch(self, ops: Sequence[WriteOp], *, sync: bool = False) -> list[BatchResult]:
+        """See :meth:`Store.write_batch <stores.contract.Store.write_batch>`."""
+        raise NotImplementedError
+
+    def append(
+        self, session_id: str, events: Sequence[NewEvent], *, expected_head: int | None = None
+    ) -> int:
+        """See :meth:`Store.append <stores.contract.Store.append>`: one op of one batch."""
+        validate_session_id(session_id)
+        check_seq(expected_head, "expected_head", allow_none=True)
+        prepared = tuple(prepare_events(events))
+        [result] = self.write_batch([AppendOp(session_id, prepared, expected_head)])
+        if isinstance(result, TidelogError):
+            raise result
+        return result
+
+    def sync(self) -> None:
+        """See :meth:`Store.sync <stores.contract.Store.sync>`: an empty batch with
+        ``sync=True``."""
+        self.write_batch([], sync=True)
