@@ -532,6 +532,7 @@ class SessionActor:
                     front.events,
                     expected_head=self.committed_head,
                     owner=self.owner,
+                    retry=retry,
                 )
             return AppendOp(  # a group's member
                 self.session_id,

@@ -211,8 +211,15 @@ class Runtime:
             writer = SessionWriter(self, actor, exclusive=not shared)
             try:
                 yield writer
-            finally:
-                await writer.aclose()
+            except BaseException as failure:
+                try:
+                    await writer.aclose()
+                except TidelogError as close_error:  # neither may hide the other
+                    raise BaseExceptionGroup(
+                        "the writer's block and its close both failed", [failure, close_error]
+                    ) from None
+                raise
+            await writer.aclose()
         elif mode == "read":
             sid = validate_session_id(session_id)
             if header is not None or create != "if_missing" or shared:
@@ -745,7 +752,8 @@ async def _running(
     failure: BaseException | None = None
     try:
         async with trio.open_nursery() as nursery:
-            services: _Services = await nursery.start(_serve)
+            with trio.CancelScope(shield=True):  # started, it must be stopped below
+                services: _Services = await nursery.start(_serve)
             try:
                 supervisor = Supervisor(
                     services.nursery,

@@ -124,8 +124,8 @@ def _check_member(op: object, *, in_group: bool) -> None:
             for index, event in enumerate(op.events):
                 if not isinstance(event, PreparedEvent):
                     raise InvalidEventError(index, None, "op events must be PreparedEvent")
-    if isinstance(op, AppendOp) and type(op.retry) is not bool:
-        raise InvalidArgumentError(f"AppendOp.retry must be a bool, not {op.retry!r}")
+    if isinstance(op, AppendOp | ReplaceOp) and type(op.retry) is not bool:
+        raise InvalidArgumentError(f"{type(op).__name__}.retry must be a bool, not {op.retry!r}")
     if isinstance(op, TruncateOp):
         check_seq(op.to_seq, "to_seq")
     if isinstance(op, ReplaceOp):
@@ -142,16 +142,30 @@ def session_ids_of(op: WriteOp) -> tuple[str, ...]:
     return (op.session_id,)
 
 
-def check_replace(op: ReplaceOp, head: int) -> None:
+def check_replace(op: ReplaceOp, head: int, stored: StoredTail) -> bool:
     """The preconditions of a :class:`ReplaceOp` against the session's current ``head``:
     ``expected_head`` (:class:`ConflictError`) and ``from_seq`` not past the head
-    (:class:`InvalidArgumentError`)."""
+    (:class:`InvalidArgumentError`). Returns True when the op is a resend
+    (``retry=True``) that already landed -- the tail after ``from_seq`` is exactly its
+    events: then write nothing and report ``head``. ``stored`` is as for
+    :func:`resent_tail` (called only for such a resend)."""
     if op.expected_head is not None and op.expected_head != head:
+        if (
+            op.retry
+            and head == op.from_seq + len(op.events)
+            and (
+                not op.events
+                or [tuple(row) for row in stored(op.from_seq, head)]
+                == [(event.kind, event.data_json, event.run_id) for event in op.events]
+            )
+        ):
+            return True
         raise ConflictError(op.session_id, op.expected_head, head)
     if op.from_seq > head:
         raise InvalidArgumentError(
             f"session {op.session_id!r}: from_seq {op.from_seq} is past the head {head}"
         )
+    return False
 
 
 def resent_tail(op: AppendOp, head: int, stored: StoredTail) -> tuple[PreparedEvent, ...]:

@@ -88,13 +88,17 @@ class ReplaceOp:
     this way). Snapshots covering a removed event expire as with a truncate.
 
     ``expected_head`` and ``owner`` are checked as for :class:`AppendOp`; ``from_seq``
-    must not exceed the head. Result: the new head."""
+    must not exceed the head. ``retry=True`` marks a resend of a replace whose earlier
+    commit reported an error but may have landed: if the session's tail after
+    ``from_seq`` is exactly ``events`` already, nothing is written and the result is the
+    head -- the replace lands exactly once. Result: the new head."""
 
     session_id: str
     from_seq: int
     events: tuple[PreparedEvent, ...]
     expected_head: int | None = None
     owner: str | None = None
+    retry: bool = False
 
 
 @attrs.frozen

@@ -206,7 +206,9 @@ class MemoryStore(BatchingStore):
     def _replace(self, state: _State, op: ReplaceOp, now: float) -> int:
         session = state.sessions.get(op.session_id)
         head = 0 if session is None else len(session.rows)
-        check_replace(op, head)
+        rows = [] if session is None else session.rows
+        if check_replace(op, head, lambda lo, hi: [r[2:] for r in rows[lo:hi]]):
+            return head  # a resend of a replace that landed
         if session is None:
             session = self._new_session(state, "{}", now)
             state.sessions[op.session_id] = session

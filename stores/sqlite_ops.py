@@ -209,7 +209,8 @@ def replace_tail(conn: apsw.Connection, op: ReplaceOp, now: float) -> int:
     """Rewrite everything after ``op.from_seq`` (a ReplaceOp); the new head."""
     row = conn.execute("SELECT sid, head FROM sessions WHERE id=?", (op.session_id,)).fetchone()
     head = 0 if row is None else int(row[1])
-    check_replace(op, head)
+    if check_replace(op, head, stored_tail(conn, None if row is None else row[0])):
+        return head  # a resend of a replace that landed
     sid = new_session(conn, op.session_id, now, "{}") if row is None else row[0]
     truncate_session(conn, op.session_id, op.from_seq, now)
     insert_events(conn, sid, op.from_seq, op.events, now)

@@ -159,6 +159,24 @@ class BatchCases(ConformanceBase):
         assert store.write_batch([AppendOp("s", events, expected_head=0, retry=True)]) == [3]
         assert [e.data for e in store.read("s")] == [{"i": i, "tag": "z"} for i in range(3)]
 
+    def test_retry_replace_that_landed_is_not_repeated(self, store: Store) -> None:
+        """A resent ReplaceOp (retry=True) whose rewrite already landed writes nothing
+        and reports the head; a different rewrite at the same position still conflicts."""
+        store.append("s", _events(4))
+        new = _prepared(2, "r")
+        assert store.write_batch([ReplaceOp("s", 1, new, expected_head=4)]) == [3]
+        again = ReplaceOp("s", 1, new, expected_head=4, retry=True)
+        assert store.write_batch([again]) == [3]
+        assert [e.data for e in store.read("s", since_seq=1)] == [
+            {"i": i, "tag": "r"} for i in range(2)
+        ]
+        [other] = store.write_batch(
+            [ReplaceOp("s", 1, _prepared(2, "q"), expected_head=4, retry=True)]
+        )
+        assert isinstance(other, ConflictError)
+        [plain] = store.write_batch([ReplaceOp("s", 1, new, expected_head=4)])
+        assert isinstance(plain, ConflictError)
+
     def test_read_from_end_takes_the_newest(self, store: Store) -> None:
         """from_end=True takes the last ``limit`` events of the window, in seq order."""
         store.append("s", _events(10))

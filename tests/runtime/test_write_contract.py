@@ -1,0 +1,302 @@
+"""The write contract: whatever batch fails, a caller that resends after a refusal never
+duplicates, and a caller that never resends never loses an accepted event.
+
+Every write call is driven through a scenario on a real MemoryStore whose ``write_batch``
+fails once -- at the scenario's first batch, a middle one or its last one (the drain at
+exit) -- either before writing anything or after committing (an ambiguous failure).
+The caller follows the contract: ``CommitPendingError`` means accepted (never resent),
+``UnwrittenError`` means dropped (its events are resent by the resending caller), any
+other exception means refused (resent by the resending caller). The log must then equal
+exactly what the caller was told was accepted, once each.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Sequence
+from contextlib import AsyncExitStack
+from typing import Any
+
+import attrs
+import pytest
+import trio
+import trio.testing
+
+from runtime import (
+    CommitPendingError,
+    MemoryStore,
+    NewEvent,
+    Runtime,
+    SessionWriter,
+    StoreIOError,
+    TidelogError,
+    UnwrittenError,
+    open_runtime,
+)
+from stores import BatchResult, WriteOp
+
+
+class OneFailure(MemoryStore):
+    """A real MemoryStore whose ``write_batch`` call number ``fail_at`` (0-based) fails
+    once: before writing anything, or after committing (``after_commit``)."""
+
+    def __init__(self, fail_at: int | None, *, after_commit: bool) -> None:
+        super().__init__()
+        self.fail_at = fail_at
+        self.after_commit = after_commit
+        self.calls = 0
+
+    def write_batch(self, ops: Sequence[WriteOp], *, sync: bool = False) -> list[BatchResult]:
+        number = self.calls
+        self.calls += 1
+        if number == self.fail_at and not self.after_commit:
+            raise StoreIOError("injected: the disk failed before the commit")
+        results = super().write_batch(ops, sync=sync)
+        if number == self.fail_at:
+            raise StoreIOError("injected: the disk failed after the commit landed")
+        return results
+
+    def clone(self, *, read_only: bool | None = None) -> MemoryStore:
+        return super().clone(read_only=read_only)
+
+
+def ev(tag: str) -> NewEvent:
+    return NewEvent("k", {"tag": tag})
+
+
+@attrs.define
+class Caller:
+    """A client that follows the contract and keeps the log it was promised."""
+
+    rt: Runtime
+    resend: bool
+    model: dict[str, list[str]] = attrs.Factory(dict)
+    refused: int = 0
+    pending: int = 0
+    dropped: int = 0
+
+    def log(self, session_id: str) -> list[str]:
+        return self.model.setdefault(session_id, [])
+
+    async def call(
+        self,
+        attempt: Callable[[], Awaitable[object]],
+        accept: Callable[[], None],
+        events: Callable[[], list[tuple[str, str]]] = list,
+    ) -> None:
+        """Run one write call: ``accept()`` updates the model when it was accepted;
+        ``events()`` names the (session, tag) pairs it writes (resent if dropped)."""
+        while True:
+            try:
+                await attempt()
+            except CommitPendingError:
+                self.pending += 1  # accepted: queued, retried in the background
+            except UnwrittenError:
+                self.dropped += 1
+                accept()  # it was accepted, then dropped: take it out again
+                for sid, tag in events():
+                    self.log(sid).remove(tag)
+                if self.resend:
+                    continue
+                return
+            except TidelogError:
+                self.refused += 1  # nothing accepted
+                if self.resend:
+                    continue
+                return
+            accept()
+            return
+
+
+Scenario = Callable[[Caller, AsyncExitStack], Awaitable[None]]
+
+
+async def _writer(stack: AsyncExitStack, rt: Runtime, session_id: str) -> SessionWriter:
+    return await stack.enter_async_context(rt.open_session(session_id))
+
+
+async def scenario_append(c: Caller, stack: AsyncExitStack) -> None:
+    w = await _writer(stack, c.rt, "s")
+    for i in range(6):
+        tags = [f"a{i}.0", f"a{i}.1"]
+        await c.call(
+            lambda tags=tags: w.append([ev(t) for t in tags]),
+            lambda tags=tags: c.log("s").extend(tags),
+            lambda tags=tags: [("s", t) for t in tags],
+        )
+
+
+async def scenario_append_nowait(c: Caller, stack: AsyncExitStack) -> None:
+    w = await _writer(stack, c.rt, "s")
+    for i in range(6):
+        tags = [f"n{i}.0", f"n{i}.1"]
+
+        async def attempt(tags: list[str] = tags) -> None:
+            w.append_nowait([ev(t) for t in tags])
+            await trio.sleep(0.01)  # let the background commit run (and maybe fail)
+
+        await c.call(attempt, lambda tags=tags: c.log("s").extend(tags))
+
+
+async def scenario_flush(c: Caller, stack: AsyncExitStack) -> None:
+    w = await _writer(stack, c.rt, "s")
+    for i in range(4):
+        tags = [f"f{i}"]
+        w.append_nowait([ev(t) for t in tags])
+        c.log("s").extend(tags)
+        await c.call(w.flush, lambda: None)
+
+
+async def scenario_truncate(c: Caller, stack: AsyncExitStack) -> None:
+    w = await _writer(stack, c.rt, "s")
+    for i in range(3):
+        tags = [f"t{i}.{j}" for j in range(3)]
+        await c.call(
+            lambda tags=tags: w.append([ev(t) for t in tags]),
+            lambda tags=tags: c.log("s").extend(tags),
+            lambda tags=tags: [("s", t) for t in tags],
+        )
+        head = len(c.log("s"))
+        await c.call(lambda head=head: w.truncate(head - 1), lambda: c.log("s").pop())
+
+
+async def scenario_replace(c: Caller, stack: AsyncExitStack) -> None:
+    w = await _writer(stack, c.rt, "s")
+    for i in range(3):
+        tags = [f"r{i}.{j}" for j in range(3)]
+        await c.call(
+            lambda tags=tags: w.append([ev(t) for t in tags]),
+            lambda tags=tags: c.log("s").extend(tags),
+            lambda tags=tags: [("s", t) for t in tags],
+        )
+
+        def swap(i: int = i) -> None:
+            del c.log("s")[-2:]
+            c.log("s").append(f"x{i}")
+
+        head = len(c.log("s"))
+        await c.call(lambda head=head, i=i: w.replace(head - 2, [ev(f"x{i}")]), swap)
+
+
+async def scenario_close(c: Caller, stack: AsyncExitStack) -> None:
+    for i in range(3):
+        tags = [f"c{i}.0", f"c{i}.1"]
+
+        async def attempt(tags: list[str] = tags) -> None:
+            async with c.rt.open_session("s") as w:
+                w.append_nowait([ev(t) for t in tags])
+            # leaving the block closes the writer: it commits what it accepted, or says
+
+        await c.call(
+            attempt,
+            lambda tags=tags: c.log("s").extend(tags),
+            lambda tags=tags: [("s", t) for t in tags],
+        )
+
+
+async def scenario_append_atomic(c: Caller, stack: AsyncExitStack) -> None:
+    a = await _writer(stack, c.rt, "a")
+    b = await _writer(stack, c.rt, "b")
+    for i in range(4):
+
+        def accept(i: int = i) -> None:
+            c.log("a").append(f"ga{i}")
+            c.log("b").append(f"gb{i}")
+
+        await c.call(
+            lambda i=i: c.rt.append_atomic({a: [ev(f"ga{i}")], b: [ev(f"gb{i}")]}),
+            accept,
+            lambda i=i: [("a", f"ga{i}"), ("b", f"gb{i}")],
+        )
+
+
+async def scenario_runtime_flush(c: Caller, stack: AsyncExitStack) -> None:
+    a = await _writer(stack, c.rt, "a")
+    b = await _writer(stack, c.rt, "b")
+    for i in range(3):
+        a.append_nowait([ev(f"ra{i}")])
+        b.append_nowait([ev(f"rb{i}")])
+        c.log("a").append(f"ra{i}")
+        c.log("b").append(f"rb{i}")
+        await c.call(c.rt.flush, lambda: None)
+
+
+SCENARIOS: dict[str, Scenario] = {
+    "append": scenario_append,
+    "append_nowait": scenario_append_nowait,
+    "flush": scenario_flush,
+    "truncate": scenario_truncate,
+    "replace": scenario_replace,
+    "close": scenario_close,
+    "append_atomic": scenario_append_atomic,
+    "runtime_flush": scenario_runtime_flush,
+}
+
+
+async def run_scenario(
+    scenario: Scenario, store: OneFailure, *, resend: bool
+) -> tuple[Caller, BaseException | None]:
+    """Run ``scenario`` on a runtime over ``store``; return the caller and what leaving
+    the runtime raised (only a failed final barrier may be raised: nothing accepted is
+    lost)."""
+    caller: Caller | None = None
+    exit_error: BaseException | None = None
+    try:
+        async with open_runtime(store) as rt, AsyncExitStack() as stack:
+            caller = Caller(rt, resend)
+            await scenario(caller, stack)
+    except StoreIOError as exc:
+        exit_error = exc
+    assert caller is not None
+    return caller, exit_error
+
+
+def stored(store: MemoryStore, session_id: str) -> list[str]:
+    return [e.data["tag"] for e in store.read(session_id)]  # type: ignore[index,call-overload]
+
+
+@pytest.mark.parametrize("resend", [False, True], ids=["keep", "resend"])
+@pytest.mark.parametrize("ambiguous", [False, True], ids=["before", "after-commit"])
+@pytest.mark.parametrize("where", ["first", "middle", "last"])
+@pytest.mark.parametrize("call", list(SCENARIOS))
+async def test_a_failed_batch_leaves_exactly_the_accepted_events(
+    autojump_clock: trio.testing.MockClock,
+    call: str,
+    where: str,
+    ambiguous: bool,
+    resend: bool,
+) -> None:
+    """A store failure at the first, a middle or the last batch of any write call leaves
+    the log equal to exactly the events the caller was told were accepted, once each --
+    whether the caller resends refused writes or not."""
+    scenario = SCENARIOS[call]
+    clean = OneFailure(None, after_commit=False)
+    reference, _ = await run_scenario(scenario, clean, resend=resend)
+    batches = clean.calls
+    index = {"first": 0, "middle": batches // 2, "last": batches - 1}[where]
+    store = OneFailure(index, after_commit=ambiguous)
+    caller, exit_error = await run_scenario(scenario, store, resend=resend)
+    assert store.calls > index, "the failure was injected"
+    for session_id, expected in caller.model.items():
+        assert stored(store, session_id) == expected, (session_id, caller)
+    # With a single failure nothing is dropped for good, and a resending caller ends
+    # with the same log as a run without any failure.
+    assert caller.dropped == 0
+    if resend:
+        assert caller.model == reference.model
+    if exit_error is not None:  # only the final barrier may fail: every event is stored
+        assert where == "last"
+
+
+async def test_a_refused_write_leaves_the_model_unchanged(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """The harness is honest: a write refused for bad input is not in the log, and the
+    caller that does not resend reports it as refused."""
+    store = OneFailure(None, after_commit=False)
+    async with open_runtime(store) as rt, rt.open_session("s") as w:
+        caller = Caller(rt, resend=False)
+        bad: Any = NewEvent("k", {"x": float("nan")})
+        await caller.call(lambda: w.append([bad]), lambda: caller.log("s").append("nan"))
+        await caller.call(lambda: w.append([ev("ok")]), lambda: caller.log("s").append("ok"))
+    assert caller.refused == 1
+    assert stored(store, "s") == ["ok"] == caller.model["s"]
