@@ -229,20 +229,25 @@ class _Run:
         """Checkpoint the entries added since the last save, with a new head.
 
         A :class:`~stores.CommitPendingError` means they *were* accepted (queued, retried
-        in the background): they count as saved, so that no later save sends them again."""
+        in the background): they count as saved, so that no later save sends them again.
+        The save is shielded from cancellation (one short commit): a save cancelled after
+        its commit started could not tell whether its entries landed, and the
+        interrupted checkpoint would then write them twice."""
         if self.options is None:
             return
         async with self.save_lock:
             new = self.entries[self.saved :]
             count = len(self.entries)
             try:
-                await self.options.checkpointer.append(
-                    self.run_id, new, self.head(status, error=error)
-                )
+                with trio.CancelScope(shield=True):
+                    await self.options.checkpointer.append(
+                        self.run_id, new, self.head(status, error=error)
+                    )
             except CommitPendingError:
                 self.saved = count
                 raise
             self.saved = count
+        await trio.lowlevel.checkpoint_if_cancelled()
 
     async def barrier(self) -> None:
         """Make everything recorded so far durable (before model requests, tool bodies):
@@ -327,9 +332,12 @@ class _Run:
             self.announced.add(call.call_id)
         await self.save()
         await self.barrier()  # a body runs only after its call record is durable
-        async with trio.open_nursery() as nursery:
-            for call, tool, how in to_run:
-                nursery.start_soon(self.run_tool, call, tool, how)
+        try:
+            async with trio.open_nursery() as nursery:
+                for call, tool, how in to_run:
+                    nursery.start_soon(self.run_tool, call, tool, how)
+        except BaseExceptionGroup as group:
+            raise _first_cause(group) from None
         self.announced.clear()
         self.dispatched.clear()
 
@@ -410,6 +418,17 @@ class _Run:
             self.completed = True
             self.saved = len(self.entries)
 
+        with trio.CancelScope(shield=True):  # as save(): never half-known
+            await self._complete(head, meta, saved)
+        await trio.lowlevel.checkpoint_if_cancelled()
+        return self.result(output, "stop")
+
+    async def _complete(
+        self,
+        head: RunHead,
+        meta: dict[str, JSON] | None,
+        saved: Callable[[], None],
+    ) -> None:
         if self.options is not None and self.session_id is not None:
             await finish_run(
                 self.options.checkpointer,
@@ -428,7 +447,6 @@ class _Run:
         elif self.session_id is not None:
             await self.history.append(self.session_id, self.entries, run_id=self.run_id, meta=meta)
             saved()
-        return self.result(output, "stop")
 
 
 class Runner:
@@ -642,6 +660,24 @@ async def _save_stopped(run: _Run, exc: BaseException) -> None:
             await run.save(status, error=None if status == "interrupted" else exc)
         except Exception as save_error:  # never mask the original error
             logger.warning("could not checkpoint run %s as %s: %r", run.run_id, status, save_error)
+
+
+def _first_cause(group: BaseExceptionGroup[BaseException]) -> BaseException:
+    """What stopped the concurrent tools, as the plain error the run's callers expect:
+    the group's only error, a cancellation if any (so the run is "interrupted"), or else
+    the group itself (several independent failures: none is hidden)."""
+    leaves: list[BaseException] = []
+    pending = list(group.exceptions)
+    while pending:
+        exc = pending.pop(0)
+        if isinstance(exc, BaseExceptionGroup):
+            pending.extend(exc.exceptions)
+        else:
+            leaves.append(exc)
+    if len(leaves) == 1:
+        return leaves[0]
+    cancelled = [e for e in leaves if isinstance(e, trio.Cancelled)]
+    return cancelled[0] if cancelled else group
 
 
 def _is_interruption(exc: BaseException) -> bool:

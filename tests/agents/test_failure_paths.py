@@ -1,0 +1,359 @@
+"""The run loop's failure paths: a completed run stays completed, a live run is claimed
+before any model call, "never dispatched" is told from "outcome unknown", a fork's
+rewind never touches its parent's runs, and replays honour delete_on_success."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+
+import pytest
+import trio
+import trio.testing
+
+from runtime import (
+    INTERNAL_PREFIX,
+    MemoryStore,
+    NewEvent,
+    Runtime,
+    SessionOwnedError,
+    StoreIOError,
+    TidelogError,
+    open_runtime,
+)
+from runtime.agents import (
+    TOOL_OUTCOME_UNKNOWN,
+    Agent,
+    CheckpointOptions,
+    FunctionTool,
+    ModelRequest,
+    ModelResponse,
+    RequestedCall,
+    Runner,
+    ScriptedModel,
+    ToolCall,
+    ToolResult,
+    checkpoints,
+    fork_conversation,
+    function_tool,
+    history,
+)
+from stores import BatchResult, WriteOp
+
+
+def answer(text: str) -> ModelResponse:
+    return ModelResponse(text)
+
+
+def call(name: str, call_id: str, **arguments: object) -> ModelResponse:
+    return ModelResponse(tool_calls=(RequestedCall(name, dict(arguments), call_id),))  # type: ignore[arg-type]
+
+
+async def test_completed_run_stays_completed_when_its_history_step_fails(
+    tmp_path: Path,
+) -> None:
+    """Checkpoints on one runtime, history on another: when the history append fails
+    after the completed checkpoint was saved, the run stays completed (never overwritten
+    with "failed"); re-issuing it replays the stored result and heals the missing segment
+    without calling the model."""
+    conversations = tmp_path / "chat.db"
+    async with open_runtime(tmp_path / "runs.db") as runs, open_runtime(conversations) as rt:
+        model = ScriptedModel([answer("the answer")])
+        agent = Agent("a", "x", model=model)
+        options = CheckpointOptions(checkpoints(runs), "r1")
+        async with (
+            open_runtime(conversations, lease_ttl=60.0) as other,
+            other.open_session("chat"),  # another host holds the conversation
+        ):
+            with pytest.raises(SessionOwnedError):
+                await Runner.run(agent, "q", runtime=rt, session_id="chat", checkpoint=options)
+        snap = await checkpoints(runs).load("r1")
+        assert snap is not None and snap.head.status == "completed"
+        assert snap.head.output == "the answer"
+        assert await history(rt).load("chat") == []
+        result = await Runner.run(agent, "q", runtime=rt, session_id="chat", checkpoint=options)
+        assert result.output == "the answer" and result.finish_reason is None  # a replay
+        assert len(model.requests) == 1
+        [segment] = await history(rt).segments("chat")
+        assert segment.run_id == "r1"
+
+
+async def test_replay_honours_delete_on_success(rt: Runtime) -> None:
+    """Re-issuing a completed run with delete_on_success replays it and deletes its
+    checkpoint, as a first completion would."""
+    model = ScriptedModel([answer("done")])
+    agent = Agent("a", "x", model=model)
+    cp = checkpoints(rt)
+    await Runner.run(agent, "q", runtime=rt, session_id="c", checkpoint=CheckpointOptions(cp, "r"))
+    assert await cp.load("r") is not None
+    options = CheckpointOptions(cp, "r", delete_on_success=True)
+    result = await Runner.run(agent, "q", runtime=rt, session_id="c", checkpoint=options)
+    assert result.finish_reason is None and len(model.requests) == 1
+    assert await cp.load("r") is None
+
+
+async def test_a_live_run_is_claimed_before_any_model_call(tmp_path: Path) -> None:
+    """A second runtime (another process or host on the same database) re-issuing a run
+    that is live elsewhere gets SessionOwnedError before calling its model; asked to wait
+    (wait_for_owner), it waits for the owner to finish and then replays the result."""
+    path = tmp_path / "shared.db"
+    release = trio.Event()
+    started = trio.Event()
+
+    async def slow(request: ModelRequest) -> ModelResponse:
+        started.set()
+        await release.wait()
+        return answer("from the first host")
+
+    class Slow:
+        async def respond(self, request: ModelRequest) -> ModelResponse:
+            return await slow(request)
+
+    second = ScriptedModel([answer("from the second host")])
+    async with open_runtime(path) as host1, open_runtime(path) as host2:
+        first = Agent("a", "x", model=Slow())
+        other = Agent("a", "x", model=second)
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(
+                lambda: Runner.run(
+                    first, "q", runtime=host1, checkpoint=CheckpointOptions(checkpoints(host1), "r")
+                )
+            )
+            await started.wait()
+            with pytest.raises(SessionOwnedError):
+                await Runner.run(
+                    other, "q", runtime=host2, checkpoint=CheckpointOptions(checkpoints(host2), "r")
+                )
+            assert second.requests == []
+
+            async def finish_soon() -> None:
+                await trio.sleep(0.05)
+                release.set()
+
+            nursery.start_soon(finish_soon)
+            waited = CheckpointOptions(checkpoints(host2), "r", wait_for_owner=True)
+            result = await Runner.run(other, "q", runtime=host2, checkpoint=waited)
+        assert result.output == "from the first host" and result.finish_reason is None
+        assert second.requests == []
+
+
+class CancelAfterSteps(trio.abc.Instrument):
+    """Cancel ``scope`` after the scheduler ran ``steps`` task steps (of any task)."""
+
+    def __init__(self, steps: int, scope: trio.CancelScope) -> None:
+        self.steps = steps
+        self.scope = scope
+
+    def after_task_step(self, task: trio.lowlevel.Task) -> None:
+        self.steps -= 1
+        if self.steps == 0:
+            self.scope.cancel()
+
+
+async def test_interrupted_before_dispatch_is_run_on_resume() -> None:
+    """A run cancelled at every scheduler step in turn, then resumed: a non-idempotent
+    tool whose body never started before the interruption runs on resume (it was never
+    dispatched); one whose body started is reported TOOL_OUTCOME_UNKNOWN, never run
+    twice. Either way it runs exactly once, and "unknown" means it really ran."""
+    interrupted_before = interrupted_after = 0
+    step = 0
+    while True:
+        step += 1
+        charged: list[str] = []
+        charge = _charging_tool(charged)
+
+        def script() -> list[ModelResponse]:
+            return [call("charge", "c1", amount=5), answer("done")]
+
+        async with open_runtime(MemoryStore()) as rt:
+            options = CheckpointOptions(checkpoints(rt), "r")
+            agent = Agent("a", "x", tools=(charge,), model=ScriptedModel(script()))
+            with trio.CancelScope() as scope:
+                instrument = CancelAfterSteps(step, scope)
+                trio.lowlevel.add_instrument(instrument)
+                try:
+                    await Runner.run(agent, "go", runtime=rt, checkpoint=options)
+                finally:
+                    trio.lowlevel.remove_instrument(instrument)
+            if not scope.cancelled_caught:
+                assert charged == ["charge 5"]
+                break
+            ran_before = list(charged)
+            snap = await checkpoints(rt).load("r")
+            if snap is None or snap.head.status == "completed":
+                continue  # interrupted before anything was saved, or after completion
+            if any(isinstance(e, ToolResult) for e in snap.entries):
+                continue  # the call was settled (its result recorded) before the interruption
+            resumer = Agent("a", "x", tools=(charge,), model=ScriptedModel([answer("resumed")]))
+            await Runner.run(resumer, "go", runtime=rt, checkpoint=options)
+            entries = await history_of_run(rt, "r")
+            results = [e for e in entries if isinstance(e, ToolResult) and e.call_id == "c1"]
+            if not any(e.kind == "tool_started" for e in entries if hasattr(e, "kind")):
+                continue  # interrupted before the call was announced: it ran on resume
+            assert len(results) == 1, (step, entries)
+            unknown = results[0].output.startswith(TOOL_OUTCOME_UNKNOWN)
+            if ran_before:
+                interrupted_after += 1
+                assert unknown, f"step {step}: the body ran, yet resume re-ran it"
+                assert charged == ["charge 5"]
+            else:
+                interrupted_before += 1
+                assert not unknown, f"step {step}: never dispatched, yet reported unknown"
+                assert charged == ["charge 5"]
+        assert step < 500
+    assert interrupted_before >= 1 and interrupted_after >= 1
+
+
+def _charging_tool(charged: list[str]) -> FunctionTool:
+    @function_tool
+    async def charge(amount: int) -> str:
+        """Charge money (a side effect: not idempotent)."""
+        charged.append(f"charge {amount}")
+        await trio.lowlevel.checkpoint()  # a cancel may land after the side effect
+        return "charged"
+
+    return charge
+
+
+async def history_of_run(rt: Runtime, run_id: str) -> list[object]:
+    snap = await checkpoints(rt).load(run_id)
+    assert snap is not None
+    return list(snap.entries)
+
+
+async def test_rewinding_a_fork_keeps_the_parents_runs(rt: Runtime) -> None:
+    """A fork shares its parent's run ids, but the runs' checkpoints belong to the parent:
+    rewinding the fork deletes none of them, and re-issuing the parent's completed run
+    replays it -- its non-idempotent tool is not run a second time."""
+    sent: list[str] = []
+
+    @function_tool
+    async def send_email(to: str) -> str:
+        """Send an email (not idempotent)."""
+        sent.append(to)
+        return "sent"
+
+    def agent() -> Agent:
+        model = ScriptedModel([call("send_email", "e1", to="ada"), answer("mailed")])
+        return Agent("a", "x", tools=(send_email,), model=model)
+
+    options = CheckpointOptions(checkpoints(rt), "r1")
+    await Runner.run(agent(), "mail ada", runtime=rt, session_id="chat", checkpoint=options)
+    await fork_conversation(rt, "chat", "alt")
+    assert await history(rt).rewind("alt", 1) > 0
+    snap = await checkpoints(rt).load("r1")
+    assert snap is not None and snap.head.status == "completed"
+    replay = await Runner.run(
+        agent(), "mail ada", runtime=rt, session_id="chat", checkpoint=options
+    )
+    assert replay.finish_reason is None
+    assert sent == ["ada"]
+    # The parent's own rewind does delete its run's checkpoint.
+    await history(rt).rewind("chat", 0)
+    assert await checkpoints(rt).load("r1") is None
+
+
+async def test_run_checkpoints_cannot_collide_with_user_sessions(rt: Runtime) -> None:
+    """Run checkpoints live in the reserved namespace: a user session named like a run's
+    old id gets nothing of the run's events, and conversations are listed without them."""
+    async with rt.open_session("run:r1") as w:
+        await w.append([NewEvent("user-data")])
+    agent = Agent("a", "x", model=ScriptedModel([answer("ok")]))
+    await Runner.run(agent, "q", runtime=rt, checkpoint=CheckpointOptions(checkpoints(rt), "r1"))
+    assert checkpoints(rt).session_id("r1").startswith(INTERNAL_PREFIX)
+    assert [e.kind for e in await rt.read("run:r1")] == ["user-data"]
+    assert [i.id for i in await rt.list_sessions()] == ["run:r1"]
+
+
+class OneFailure(MemoryStore):
+    """A real MemoryStore whose ``write_batch`` call number ``fail_at`` fails once,
+    before writing or after committing (``after_commit``)."""
+
+    def __init__(self, fail_at: int | None, *, after_commit: bool) -> None:
+        super().__init__()
+        self.fail_at = fail_at
+        self.after_commit = after_commit
+        self.calls = 0
+
+    def write_batch(self, ops: Sequence[WriteOp], *, sync: bool = False) -> list[BatchResult]:
+        number = self.calls
+        self.calls += 1
+        if number == self.fail_at and not self.after_commit:
+            raise StoreIOError("injected: failed before the commit")
+        results = super().write_batch(ops, sync=sync)
+        if number == self.fail_at:
+            raise StoreIOError("injected: failed after the commit landed")
+        return results
+
+
+async def _run_until_done(store: OneFailure) -> tuple[list[object], list[str], int]:
+    """Run a two-tool run on ``store``, re-issuing it (resume / replay) after any failure
+    until it completes; return its checkpoint entries, its history's entry kinds and the
+    executions of its non-idempotent tool."""
+    executions: list[str] = []
+
+    @function_tool
+    async def pay(amount: int) -> str:
+        """Pay (not idempotent)."""
+        executions.append("pay")
+        return "paid"
+
+    @function_tool(idempotent=True)
+    async def look(q: str) -> str:
+        """Look something up (idempotent)."""
+        return f"found {q}"
+
+    def respond(request: ModelRequest) -> ModelResponse:
+        done = {e.call_id for e in request.messages if isinstance(e, ToolResult)}
+        if "p1" not in done:
+            return ModelResponse(
+                tool_calls=(
+                    RequestedCall("look", {"q": "x"}, "l1"),
+                    RequestedCall("pay", {"amount": 3}, "p1"),
+                )
+            )
+        return answer("all done")
+
+    class Model:
+        async def respond(self, request: ModelRequest) -> ModelResponse:
+            await trio.lowlevel.checkpoint()
+            return respond(request)
+
+    agent = Agent("a", "x", tools=(look, pay), model=Model())
+    try:
+        async with open_runtime(store) as rt:
+            options = CheckpointOptions(checkpoints(rt), "r")
+            for _ in range(5):
+                try:
+                    await Runner.run(agent, "go", runtime=rt, session_id="chat", checkpoint=options)
+                    break
+                except TidelogError:
+                    await trio.sleep(1.0)  # let the retry land; then re-issue the run
+    except StoreIOError:
+        pass  # the final fsync barrier at exit failed: every commit is in the store
+    async with open_runtime(store) as rt:
+        snap = await checkpoints(rt).load("r")
+        kinds = [type(e).__name__ for e in await history(rt).load("chat")]
+    assert snap is not None and snap.head.status == "completed", snap
+    return list(snap.entries), kinds, len(executions)
+
+
+@pytest.mark.parametrize("ambiguous", [False, True], ids=["before", "after-commit"])
+@pytest.mark.parametrize("where", ["first", "middle", "last"])
+async def test_run_loop_saves_land_once_through_store_failures(
+    autojump_clock: trio.testing.MockClock, where: str, ambiguous: bool
+) -> None:
+    """A store failure at the first, a middle or the last batch of a run (checkpoint
+    saves, barriers, the completion): re-issuing the run until it completes leaves every
+    checkpoint entry and the history segment exactly once, and the non-idempotent tool
+    ran at most once."""
+    clean = OneFailure(None, after_commit=False)
+    _, ref_kinds, _ = await _run_until_done(clean)
+    index = {"first": 0, "middle": clean.calls // 2, "last": clean.calls - 1}[where]
+    entries, kinds, paid = await _run_until_done(OneFailure(index, after_commit=ambiguous))
+    calls = [e.call_id for e in entries if isinstance(e, ToolCall)]
+    results = [e.call_id for e in entries if isinstance(e, ToolResult)]
+    assert sorted(calls) == sorted(set(calls)) == ["l1", "p1"]
+    assert sorted(results) == ["l1", "p1"]
+    assert kinds == ref_kinds
+    assert paid <= 1
