@@ -161,3 +161,15 @@ async def test_per_session_state_is_freed_with_the_actor(
                 await w.append([NewEvent("k")])
         await trio.sleep(5.0)
         assert rt.statistics().sessions == 0
+
+
+@pytest.mark.parametrize("at_seq", [-1, 99, "1", 0.5, MAX_SEQ + 1])
+async def test_fork_reports_an_existing_child_first(rt: Runtime, at_seq: object) -> None:
+    """Runtime.fork checks, as documented, that the new id is free before anything else:
+    an existing child with an invalid at_seq raises SessionExistsError."""
+    async with rt.open_session("p") as w:
+        await w.append([NewEvent("k")])
+    async with rt.open_session("child"):
+        pass
+    with pytest.raises(SessionExistsError):
+        await rt.fork("p", "child", at_seq=at_seq)  # type: ignore[arg-type]
