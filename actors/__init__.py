@@ -4,7 +4,8 @@ runtime API above it or of agents."""
 
 from .changes import ChangeHub
 from .lane import StoreLane
-from .session import ActorState, GroupWrite, PendingWrite, SessionActor, WriteKind
+from .pending import GroupWrite, PendingWrite, WriteKind
+from .session import ActorState, SessionActor
 from .supervisor import DRAIN_ATTEMPTS, CreateMode, Supervisor
 from .wal_checkpointer import WalCheckpointer
 from .writer import GroupCommitWriter, WriterStatistics

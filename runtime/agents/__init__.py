@@ -37,7 +37,7 @@ from ._errors import (
     RunNotFoundError,
 )
 from ._fork import check_fork_point, fork_conversation
-from ._history import History, MemoryHistory, RuntimeHistory, Segment
+from ._history import History, MemoryHistory, Segment
 from ._projections import ConversationProjection, TurnsProjection, agent_projections
 from ._registry import checkpoints, history
 from ._runner import (
@@ -54,6 +54,7 @@ from ._runner import (
     ToolFinished,
     ToolStarted,
 )
+from ._runtime_history import RuntimeHistory
 from ._transcript import (
     AssistantMessage,
     Entry,

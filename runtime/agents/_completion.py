@@ -18,7 +18,8 @@ from runtime import JSON, InvalidArgumentError
 
 from ._checkpoints import Checkpointer, RunHead, RuntimeCheckpointer, check_run_id
 from ._checkpoints import _check_append as checkpoint_events
-from ._history import History, RuntimeHistory, optimistic
+from ._history import History
+from ._runtime_history import RuntimeHistory, optimistic
 from ._transcript import Entry
 
 __all__ = ["complete_run", "finish_run"]

@@ -7,7 +7,7 @@ import weakref
 from runtime import Runtime
 
 from ._checkpoints import RuntimeCheckpointer
-from ._history import RuntimeHistory
+from ._runtime_history import RuntimeHistory
 
 __all__ = ["checkpoints", "history"]
 
