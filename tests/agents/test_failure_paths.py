@@ -4,12 +4,12 @@ rewind never touches its parent's runs, and replays honour delete_on_success."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from pathlib import Path
 
 import pytest
 import trio
 import trio.testing
+from write_contract import OneFailure
 
 from runtime import (
     INTERNAL_PREFIX,
@@ -38,7 +38,6 @@ from runtime.agents import (
     function_tool,
     history,
 )
-from stores import BatchResult, WriteOp
 
 
 def answer(text: str) -> ModelResponse:
@@ -263,27 +262,6 @@ async def test_run_checkpoints_cannot_collide_with_user_sessions(rt: Runtime) ->
     assert checkpoints(rt).session_id("r1").startswith(INTERNAL_PREFIX)
     assert [e.kind for e in await rt.read("run:r1")] == ["user-data"]
     assert [i.id for i in await rt.list_sessions()] == ["run:r1"]
-
-
-class OneFailure(MemoryStore):
-    """A real MemoryStore whose ``write_batch`` call number ``fail_at`` fails once,
-    before writing or after committing (``after_commit``)."""
-
-    def __init__(self, fail_at: int | None, *, after_commit: bool) -> None:
-        super().__init__()
-        self.fail_at = fail_at
-        self.after_commit = after_commit
-        self.calls = 0
-
-    def write_batch(self, ops: Sequence[WriteOp], *, sync: bool = False) -> list[BatchResult]:
-        number = self.calls
-        self.calls += 1
-        if number == self.fail_at and not self.after_commit:
-            raise StoreIOError("injected: failed before the commit")
-        results = super().write_batch(ops, sync=sync)
-        if number == self.fail_at:
-            raise StoreIOError("injected: failed after the commit landed")
-        return results
 
 
 async def _run_until_done(store: OneFailure) -> tuple[list[object], list[str], int]:

@@ -12,100 +12,23 @@ exactly what the caller was told was accepted, once each.
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable
 from contextlib import AsyncExitStack
 from typing import Any
 
-import attrs
 import pytest
 import trio
 import trio.testing
+from write_contract import Caller, OneFailure, ev
 
 from runtime import (
-    CommitPendingError,
     MemoryStore,
     NewEvent,
     Runtime,
     SessionWriter,
     StoreIOError,
-    TidelogError,
-    UnwrittenError,
     open_runtime,
 )
-from stores import BatchResult, WriteOp
-
-
-class OneFailure(MemoryStore):
-    """A real MemoryStore whose ``write_batch`` call number ``fail_at`` (0-based) fails
-    once: before writing anything, or after committing (``after_commit``)."""
-
-    def __init__(self, fail_at: int | None, *, after_commit: bool) -> None:
-        super().__init__()
-        self.fail_at = fail_at
-        self.after_commit = after_commit
-        self.calls = 0
-
-    def write_batch(self, ops: Sequence[WriteOp], *, sync: bool = False) -> list[BatchResult]:
-        number = self.calls
-        self.calls += 1
-        if number == self.fail_at and not self.after_commit:
-            raise StoreIOError("injected: the disk failed before the commit")
-        results = super().write_batch(ops, sync=sync)
-        if number == self.fail_at:
-            raise StoreIOError("injected: the disk failed after the commit landed")
-        return results
-
-    def clone(self, *, read_only: bool | None = None) -> MemoryStore:
-        return super().clone(read_only=read_only)
-
-
-def ev(tag: str) -> NewEvent:
-    return NewEvent("k", {"tag": tag})
-
-
-@attrs.define
-class Caller:
-    """A client that follows the contract and keeps the log it was promised."""
-
-    rt: Runtime
-    resend: bool
-    model: dict[str, list[str]] = attrs.Factory(dict)
-    refused: int = 0
-    pending: int = 0
-    dropped: int = 0
-
-    def log(self, session_id: str) -> list[str]:
-        return self.model.setdefault(session_id, [])
-
-    async def call(
-        self,
-        attempt: Callable[[], Awaitable[object]],
-        accept: Callable[[], None],
-        events: Callable[[], list[tuple[str, str]]] = list,
-    ) -> None:
-        """Run one write call: ``accept()`` updates the model when it was accepted;
-        ``events()`` names the (session, tag) pairs it writes (resent if dropped)."""
-        while True:
-            try:
-                await attempt()
-            except CommitPendingError:
-                self.pending += 1  # accepted: queued, retried in the background
-            except UnwrittenError:
-                self.dropped += 1
-                accept()  # it was accepted, then dropped: take it out again
-                for sid, tag in events():
-                    self.log(sid).remove(tag)
-                if self.resend:
-                    continue
-                return
-            except TidelogError:
-                self.refused += 1  # nothing accepted
-                if self.resend:
-                    continue
-                return
-            accept()
-            return
-
 
 Scenario = Callable[[Caller, AsyncExitStack], Awaitable[None]]
 
