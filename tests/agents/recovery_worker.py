@@ -23,7 +23,9 @@ from runtime.agents import (
     ModelRequest,
     ModelResponse,
     RequestedCall,
+    RunCompleted,
     RunContext,
+    RunFailed,
     RunHooks,
     Runner,
     RunResult,
@@ -137,10 +139,10 @@ async def host(db: str, workdir: Path, mode: str, crash_at: str) -> None:
             async for event in events:
                 if isinstance(event, ToolFinished):
                     how[event.result.call_id] = event.how
-                if hasattr(event, "result") and isinstance(event.result, RunResult):
+                if isinstance(event, RunCompleted):
                     result = event.result
-                if type(event).__name__ == "RunFailed":
-                    raise event.error  # type: ignore[attr-defined]
+                if isinstance(event, RunFailed):
+                    raise event.error
     assert result is not None
     print(
         json.dumps(

@@ -5,11 +5,13 @@ from __future__ import annotations
 
 import pathlib
 from collections.abc import AsyncIterator
+from typing import Literal
 
 import pytest
 import trio
 
 from runtime import (
+    JSON,
     CommitPendingError,
     InvalidArgumentError,
     MemoryStore,
@@ -19,12 +21,14 @@ from runtime.agents import (
     AssistantMessage,
     Checkpointer,
     CheckpointOptions,
+    Entry,
     MemoryCheckpointer,
     MemoryHistory,
     RunExistsError,
     RunHead,
     RunNotFoundError,
     RunSnapshot,
+    RunStatus,
     ToolCall,
     ToolResult,
     UserMessage,
@@ -34,7 +38,7 @@ from runtime.agents import (
     history,
 )
 
-ENTRIES = [UserMessage("hi"), ToolCall("c1", "t", {"a": 1}), ToolResult("c1", "ok")]
+ENTRIES: list[Entry] = [UserMessage("hi"), ToolCall("c1", "t", {"a": 1}), ToolResult("c1", "ok")]
 
 
 @pytest.fixture(params=["memory", "runtime-memory", "runtime-sqlite"])
@@ -44,12 +48,27 @@ async def cp(request: pytest.FixtureRequest, tmp_path: pathlib.Path) -> AsyncIte
         yield MemoryCheckpointer()
         return
     target = MemoryStore() if request.param == "runtime-memory" else tmp_path / "c.db"
-    async with open_runtime(target) as rt:  # type: ignore[arg-type]
+    async with open_runtime(target) as rt:
         yield checkpoints(rt)
 
 
-def head(status: str = "running", **fields: object) -> RunHead:
-    return RunHead("agent", status=status, **fields)  # type: ignore[arg-type]
+def head(
+    status: RunStatus = "running",
+    *,
+    turns: int = 0,
+    usage: dict[str, JSON] | None = None,
+    output: JSON = None,
+    updated_at: float = 0.0,
+) -> RunHead:
+    """A head of agent ``agent`` with the given fields (the rest at their defaults)."""
+    return RunHead(
+        "agent",
+        usage=usage or {},
+        turns=turns,
+        status=status,
+        output=output,
+        updated_at=updated_at,
+    )
 
 
 async def test_append_accumulates_entries_and_replaces_head(cp: Checkpointer) -> None:
@@ -152,12 +171,13 @@ def test_checkpoint_options_validation() -> None:
 
 
 @pytest.mark.parametrize("status", ["running", "completed"])
-async def test_policies_with_a_stored_run(status: str) -> None:
+async def test_policies_with_a_stored_run(status: RunStatus) -> None:
     """resume/resume_only return the stored run; restart deletes it; fail raises."""
     cp = MemoryCheckpointer()
     await cp.append("r", ENTRIES, head(status))
-    for policy in ("resume", "resume_only"):
-        snap = await begin_run(CheckpointOptions(cp, "r", if_run_exists=policy))  # type: ignore[arg-type]
+    resuming: tuple[Literal["resume", "resume_only"], ...] = ("resume", "resume_only")
+    for policy in resuming:
+        snap = await begin_run(CheckpointOptions(cp, "r", if_run_exists=policy))
         assert snap is not None and snap.head.status == status
     with pytest.raises(RunExistsError) as info:
         await begin_run(CheckpointOptions(cp, "r", if_run_exists="fail"))
@@ -169,8 +189,9 @@ async def test_policies_with_a_stored_run(status: str) -> None:
 async def test_policies_without_a_stored_run() -> None:
     """Nothing stored: resume/restart/fail start fresh; resume_only raises."""
     cp = MemoryCheckpointer()
-    for policy in ("resume", "restart", "fail"):
-        assert await begin_run(CheckpointOptions(cp, "r", if_run_exists=policy)) is None  # type: ignore[arg-type]
+    fresh: tuple[Literal["resume", "restart", "fail"], ...] = ("resume", "restart", "fail")
+    for policy in fresh:
+        assert await begin_run(CheckpointOptions(cp, "r", if_run_exists=policy)) is None
     with pytest.raises(RunNotFoundError):
         await begin_run(CheckpointOptions(cp, "r", if_run_exists="resume_only"))
 

@@ -10,6 +10,7 @@ import pytest
 import trio
 
 from runtime import (
+    JSON,
     MemoryStore,
     Runtime,
     SqliteStore,
@@ -21,6 +22,8 @@ from runtime.agents import (
     AgentNotFoundError,
     AssistantMessage,
     CheckpointOptions,
+    Entry,
+    FunctionTool,
     MaxTurnsExceededError,
     ModelRequest,
     ModelResponse,
@@ -85,7 +88,7 @@ class Tools:
 
         self.lookup, self.pay, self.broken = lookup, pay, broken
 
-    def all(self) -> tuple:  # type: ignore[type-arg]
+    def all(self) -> tuple[FunctionTool, ...]:
         return (self.lookup, self.pay, self.broken)
 
 
@@ -95,7 +98,7 @@ async def test_simple_run_appends_history(rt: Runtime) -> None:
     agent = Agent("a", "be nice", model=model)
     result = await Runner.run(agent, "hi", runtime=rt, session_id="s")
     assert result.output == "hello" and result.finish_reason == "stop"
-    usage = {"input_tokens": 10, "output_tokens": 5}
+    usage: dict[str, JSON] = {"input_tokens": 10, "output_tokens": 5}
     assert await history(rt).load("s") == [
         UserMessage("hi"),
         AssistantMessage("hello", agent="a", usage=usage),
@@ -214,7 +217,7 @@ async def test_barriers_flush_before_model_and_tool_bodies(
 
 async def _crashed_run(rt: Runtime, run_id: str, started: list[str], pending: list[str]) -> None:
     """Store a checkpoint as a crash would leave it: calls, some with a tool_started mark."""
-    entries: list = [UserMessage("go")]  # type: ignore[type-arg]
+    entries: list[Entry] = [UserMessage("go")]
     for name in pending:
         entries.append(ToolCall(f"c_{name}", name, {}))
     for name in started:

@@ -86,7 +86,6 @@ async def main(args: argparse.Namespace) -> None:
             sid = rng.choice(sessions)
             try:
                 async with rt.open_session(sid, mode="write") as w:
-                    assert isinstance(w, SessionWriter)
                     handles += 1
                     n = rng.randint(3, 6)
                     say("O", sid, handles, n)

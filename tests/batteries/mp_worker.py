@@ -74,7 +74,6 @@ async def write_events(w: SessionWriter, tag: str, count: int) -> int:
 async def cmd_hold(args: argparse.Namespace) -> None:
     async with open_runtime(args.db, **runtime_options(args)) as rt:
         async with rt.open_session(args.session, mode="write") as w:
-            assert isinstance(w, SessionWriter)
             head = await write_events(w, args.tag, args.events)
             emit(ready=True, pid=os.getpid(), head=head, committed=w.committed_head)
             await read_line()
@@ -97,7 +96,6 @@ async def cmd_fenced(args: argparse.Namespace) -> None:
         open_runtime(args.db, **runtime_options(args)) as rt,
         rt.open_session(args.session, mode="write") as w,
     ):
-        assert isinstance(w, SessionWriter)
         head = await write_events(w, args.tag, args.events)
         emit(ready=True, pid=os.getpid(), head=head, committed=w.committed_head)
         while True:  # polled, so that a SIGSTOP/SIGCONT in between is harmless
@@ -116,7 +114,6 @@ async def cmd_append(args: argparse.Namespace) -> None:
             emit(ready=True, pid=os.getpid())
             await read_line()
         async with rt.open_session(args.session, mode="write") as w:
-            assert isinstance(w, SessionWriter)
             n = 0
             for _ in range(args.awaited):
                 n += 1
@@ -148,7 +145,6 @@ async def cmd_contend(args: argparse.Namespace) -> None:
             while True:
                 try:
                     async with rt.open_session(args.session, mode="write") as w:
-                        assert isinstance(w, SessionWriter)
                         start = await w.head()
                         for i in range(args.count):
                             await w.append([NewEvent("turn", {"tag": args.tag, "i": i})])

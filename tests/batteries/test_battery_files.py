@@ -35,8 +35,6 @@ from battery_support import child_env, python_child, record, size
 
 from runtime import (
     NewEvent,
-    SessionReader,
-    SessionWriter,
     SqliteStore,
     StoreCorruptError,
     TidelogError,
@@ -197,14 +195,12 @@ async def test_damaged_event_text_is_store_corrupt(
     with trio.fail_after(20):
         async with open_runtime(path) as rt:
             async with rt.open_session("session-0", mode="read") as r:
-                assert isinstance(r, SessionReader)
                 with pytest.raises(StoreCorruptError):
                     await r.read()
             async with rt.snapshot("session-0") as snap:
                 with pytest.raises(StoreCorruptError):
                     await snap.read()
             async with rt.open_session("session-1", mode="read") as r:
-                assert isinstance(r, SessionReader)
                 assert len(await r.read()) == 115
     COUNTS["content_damage_checked"] += 1
 
@@ -350,7 +346,6 @@ async def test_files_created_without_group_or_world_write(tmp_path: Path, umask:
     old = os.umask(umask)
     try:
         async with open_runtime(path) as rt, rt.open_session("s") as w:
-            assert isinstance(w, SessionWriter)
             await w.append([NewEvent("k", 1)])
             modes = file_modes(path)  # while the runtime holds them: -wal and -shm exist
     finally:

@@ -42,7 +42,6 @@ from helpers import all_threads_stopped, write_lock_free
 from runtime import (
     NewEvent,
     SessionOwnedError,
-    SessionWriter,
     SqliteStore,
     StoredEvent,
     open_runtime,
@@ -252,7 +251,6 @@ async def one_round(
                     while True:  # the other children may get there first: wait our turn
                         try:
                             async with rt.open_session(sid, mode="write") as w:
-                                assert isinstance(w, SessionWriter)
                                 marker = await w.append(
                                     [
                                         NewEvent(

@@ -26,7 +26,6 @@ async def _sweep(
 ) -> int:
     """Cancel at step 1, 2, ... until the op completes uncancelled; check every round."""
     async with rt.open_session(session_id) as w:
-        assert isinstance(w, SessionWriter)
         expected: list[int] = []
         step = 0
         while True:
@@ -109,7 +108,6 @@ async def test_cancel_queued_append_withdraws_in_flight_append_lands(
     withdrawn (head goes back), a cancelled append already in the commit lands."""
     path = tmp_path / "db"
     async with open_runtime(path, busy_timeout_ms=20_000) as rt, rt.open_session("s") as w:
-        assert isinstance(w, SessionWriter)
         blocker = apsw.Connection(str(path))
         blocker.execute("BEGIN IMMEDIATE")
         released = False
@@ -171,7 +169,6 @@ async def test_append_cancelled_before_it_starts_is_withdrawn(
     """An append whose scope was cancelled before the call writes nothing and leaves no
     parked waiter behind."""
     async with make_runtime() as rt, rt.open_session("s") as w:
-        assert isinstance(w, SessionWriter)
         await w.append([NewEvent("k", {"n": 1})])
         with trio.CancelScope() as scope:
             scope.cancel()

@@ -2,27 +2,15 @@
 
 from __future__ import annotations
 
-import pathlib
-from collections.abc import AsyncIterator
-
 import pytest
 
 from runtime import (
-    MemoryStore,
     NewEvent,
     Runtime,
     SessionExistsError,
     SessionNotFoundError,
     SnapshotExpiredError,
-    open_runtime,
 )
-
-
-@pytest.fixture(params=["memory", "sqlite"])
-async def rt(request: pytest.FixtureRequest, tmp_path: pathlib.Path) -> AsyncIterator[Runtime]:
-    target = MemoryStore() if request.param == "memory" else tmp_path / "f.db"
-    async with open_runtime(target) as runtime:  # type: ignore[arg-type]
-        yield runtime
 
 
 def ev(i: int) -> NewEvent:

@@ -8,6 +8,7 @@ from collections.abc import AsyncIterator
 import pytest
 import trio
 import trio.testing
+from helpers import share_state
 
 from runtime import (
     JSON,
@@ -144,10 +145,8 @@ class FailingCacheStore(MemoryStore):
     def save_projection(self, pin: Pin, name: str, version: int, state_json: str) -> None:
         raise StoreIOError("injected: cannot write the projection cache")
 
-    def clone(self) -> FailingCacheStore:
-        other = FailingCacheStore()
-        other._state = self._state
-        return other
+    def clone(self, *, read_only: bool | None = None) -> FailingCacheStore:
+        return share_state(self, FailingCacheStore(), read_only=read_only)
 
 
 async def test_failed_checkpoint_write_never_fails_the_read(
