@@ -103,9 +103,9 @@ async def test_bad_input_refused(cp: Checkpointer) -> None:
     with pytest.raises(InvalidArgumentError):
         await cp.append("", [], head())
     with pytest.raises(InvalidArgumentError):
-        await cp.append("r", ["x"], head())  # type: ignore[list-item]
+        await cp.append("r", ["x"], head())  # type: ignore[list-item]  # bad input under test
     with pytest.raises(InvalidArgumentError):
-        await cp.append("r", [], {"agent": "a"})  # type: ignore[arg-type]
+        await cp.append("r", [], {"agent": "a"})  # type: ignore[arg-type]  # bad input under test
     assert await cp.load("r") is None
 
 
@@ -144,7 +144,7 @@ def test_run_head_validation() -> None:
     with pytest.raises(InvalidArgumentError):
         RunHead("")
     with pytest.raises(InvalidArgumentError):
-        RunHead("a", status="done")  # type: ignore[arg-type]
+        RunHead("a", status="done")  # type: ignore[arg-type]  # bad input under test
     with pytest.raises(InvalidArgumentError):
         RunHead("a", turns=-1)
     with pytest.raises(InvalidArgumentError):
@@ -159,11 +159,11 @@ def test_checkpoint_options_validation() -> None:
     with pytest.raises(InvalidArgumentError):
         CheckpointOptions(cp, "")
     with pytest.raises(InvalidArgumentError):
-        CheckpointOptions(cp, "r", if_run_exists="overwrite")  # type: ignore[arg-type]
+        CheckpointOptions(cp, "r", if_run_exists="overwrite")  # type: ignore[arg-type]  # bad input under test
     with pytest.raises(InvalidArgumentError):
-        CheckpointOptions(object(), "r")  # type: ignore[arg-type]
+        CheckpointOptions(object(), "r")  # type: ignore[arg-type]  # bad input under test
     with pytest.raises(InvalidArgumentError):
-        CheckpointOptions(cp, "r", delete_on_success=1)  # type: ignore[arg-type]
+        CheckpointOptions(cp, "r", delete_on_success=1)  # type: ignore[arg-type]  # bad input under test
     other = RunSnapshot("other", (), head())
     with pytest.raises(InvalidArgumentError):
         CheckpointOptions(cp, "r", resume_from=other)

@@ -126,11 +126,11 @@ async def test_bad_input_refused_and_nothing_changed(setup: Setup) -> None:
     """Wrong types, empty run ids and reserved kinds raise, and nothing is stored."""
     history = setup[0]
     with pytest.raises(InvalidArgumentError):
-        await history.append("s", ["not an entry"])  # type: ignore[list-item]
+        await history.append("s", ["not an entry"])  # type: ignore[list-item]  # bad input under test
     with pytest.raises(InvalidArgumentError):
         await history.append("s", run(1), run_id="")
     with pytest.raises(InvalidArgumentError):
-        await history.append("s", run(1), meta=["x"])  # type: ignore[arg-type]
+        await history.append("s", run(1), meta=["x"])  # type: ignore[arg-type]  # bad input under test
     with pytest.raises(InvalidArgumentError):
         await history.append("s", [SidecarEntry("tidelog.segment", {})])
     with pytest.raises(ValueError):

@@ -25,6 +25,7 @@ import os
 import shutil
 import subprocess
 from collections import Counter
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -185,9 +186,14 @@ async def test_damaged_event_text_is_store_corrupt(
     _damage_text(path, needle, replacement)
     store = SqliteStore(path, integrity_check_on_open=True)
     try:
-        for window in ({}, {"limit": 200}, {"limit": 200, "from_end": True}):
+        reads: list[Callable[[], object]] = [
+            lambda: store.read("session-0"),
+            lambda: store.read("session-0", limit=200),
+            lambda: store.read("session-0", limit=200, from_end=True),
+        ]
+        for read in reads:
             with pytest.raises(StoreCorruptError):
-                store.read("session-0", **window)  # type: ignore[arg-type]
+                read()
         assert len(store.read("session-1")) == 115
         assert len(store.read("session-1", limit=200)) == 115
     finally:

@@ -80,21 +80,19 @@ def is_text(value: str) -> bool:
 
 
 def exact_json(value: object) -> bool:
-    """Is ``value`` exactly JSON (what DESIGN.md accepts)?"""
-    t = type(value)
+    """Is ``value`` exactly JSON (what ``stores.records`` accepts: the JSON types
+    themselves, no subclass; finite floats; text without lone surrogates)?"""
+    t = type(value)  # exact types: isinstance below only narrows for the type checker
     if value is None or t is bool or t is int:
         return True
-    if t is float:
-        return math.isfinite(value)  # type: ignore[arg-type]
-    if t is str:
-        return is_text(value)  # type: ignore[arg-type]
-    if t is list:
-        return all(exact_json(v) for v in value)  # type: ignore[attr-defined]
-    if t is dict:
-        return all(
-            type(k) is str and is_text(k) and exact_json(v)
-            for k, v in value.items()  # type: ignore[attr-defined]
-        )
+    if t is float and isinstance(value, float):
+        return math.isfinite(value)
+    if t is str and isinstance(value, str):
+        return is_text(value)
+    if t is list and isinstance(value, list):
+        return all(exact_json(v) for v in value)
+    if t is dict and isinstance(value, dict):
+        return all(type(k) is str and is_text(k) and exact_json(v) for k, v in value.items())
     return False
 
 

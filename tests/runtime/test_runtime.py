@@ -121,19 +121,19 @@ async def test_bad_input_refused_and_actor_keeps_serving(rt: Runtime) -> None:
         async with rt.open_session(""):
             pass  # pragma: no cover
     with pytest.raises(InvalidArgumentError):
-        async with rt.open_session("s", mode="append"):  # type: ignore[call-overload]  # on purpose
+        async with rt.open_session("s", mode="append"):  # type: ignore[call-overload]  # bad input under test
             pass  # pragma: no cover
     with pytest.raises(InvalidArgumentError):
-        async with rt.open_session("s", header=["x"]):  # type: ignore[call-overload]  # on purpose
+        async with rt.open_session("s", header=["x"]):  # type: ignore[call-overload]  # bad input under test
             pass  # pragma: no cover
     async with rt.open_session("s") as w:
         with pytest.raises(InvalidEventError) as info:
             await w.append([ev(1), NewEvent("bad", {"x": float("nan")})])
         assert info.value.index == 1
         with pytest.raises(InvalidEventError):
-            w.append_nowait([NewEvent("bad", (1, 2))])  # type: ignore[arg-type]
+            w.append_nowait([NewEvent("bad", (1, 2))])  # type: ignore[arg-type]  # bad input under test
         with pytest.raises(InvalidArgumentError):
-            await w.append([ev(1)], expected_head="0")  # type: ignore[arg-type]
+            await w.append([ev(1)], expected_head="0")  # type: ignore[arg-type]  # bad input under test
         with pytest.raises(InvalidArgumentError):
             await w.truncate(-1)
         with pytest.raises(InvalidArgumentError):

@@ -18,6 +18,7 @@ from typing import Any
 
 import apsw
 import pytest
+from helpers import num
 
 from stores import (
     AppendOp,
@@ -46,8 +47,8 @@ def evs(n: int, kind: str = "k", start: int = 0) -> list[NewEvent]:
     return [NewEvent(kind, {"i": i}) for i in range(start, start + n)]
 
 
-def op(session_id: str, n: int, **kwargs: object) -> AppendOp:
-    return AppendOp(session_id, tuple(prepare_events(evs(n))), **kwargs)  # type: ignore[arg-type]
+def op(session_id: str, n: int, **kwargs: Any) -> AppendOp:
+    return AppendOp(session_id, tuple(prepare_events(evs(n))), **kwargs)
 
 
 @pytest.fixture
@@ -60,8 +61,8 @@ def open_store(db: str) -> Iterator[Callable[..., SqliteStore]]:
     """Open SqliteStores on the test's file (or another path); all closed at teardown."""
     opened: list[SqliteStore] = []
 
-    def factory(path: str | None = None, **kwargs: object) -> SqliteStore:
-        store = SqliteStore(db if path is None else path, **kwargs)  # type: ignore[arg-type]
+    def factory(path: str | None = None, **kwargs: Any) -> SqliteStore:
+        store = SqliteStore(db if path is None else path, **kwargs)
         opened.append(store)
         return store
 
@@ -550,7 +551,7 @@ def test_fast_path_sees_its_own_other_writes(open_store: Callable[..., SqliteSto
 
 @pytest.mark.parametrize(("synchronous", "level"), [("normal", 1), ("full", 2)])
 def test_sync_keeps_configured_synchronous(
-    db: str, open_store: Callable[..., SqliteStore], synchronous: str, level: int
+    open_store: Callable[..., SqliteStore], synchronous: str, level: int
 ) -> None:
     """sync() and write_batch(..., sync=True) work and leave PRAGMA synchronous as configured."""
     store = open_store(synchronous=synchronous)
@@ -599,7 +600,7 @@ def test_invalid_last_event_writes_nothing(open_store: Callable[..., SqliteStore
     store.append("s", evs(2))
     version = observer.data_version()
     with pytest.raises(InvalidEventError) as info:
-        store.append("s", [*evs(2), NewEvent("bad", {"x": (1, 2)})])  # type: ignore[dict-item]
+        store.append("s", [*evs(2), NewEvent("bad", {"x": (1, 2)})])  # type: ignore[dict-item]  # bad input under test
     assert (info.value.index, info.value.kind) == (2, "bad")
     with pytest.raises(InvalidEventError):
         store.append("new", [NewEvent("ok"), NewEvent("bad", float("nan"))])
@@ -691,11 +692,11 @@ def test_open_errors_are_tidelog_errors(tmp_path: Path) -> None:
     with pytest.raises(InvalidArgumentError):
         SqliteStore("")
     with pytest.raises(InvalidArgumentError):
-        SqliteStore(tmp_path / "a.db", synchronous="off")  # type: ignore[arg-type]
+        SqliteStore(tmp_path / "a.db", synchronous="off")  # type: ignore[arg-type]  # bad input under test
     with pytest.raises(InvalidArgumentError):
         SqliteStore(tmp_path / "b.db", busy_timeout_ms=-1)
     with pytest.raises(InvalidArgumentError):
-        SqliteStore(42)  # type: ignore[arg-type]
+        SqliteStore(42)  # type: ignore[arg-type]  # bad input under test
     assert sorted(os.listdir(tmp_path)) == []
 
 
@@ -780,7 +781,7 @@ def test_subprocess_appends_are_seen_by_parent(
     assert child.returncode == 0, err
     assert "child done" in out
     events = parent.read("shared")
-    assert [(e.data["i"], e.data["j"]) for e in events] == [  # type: ignore[index,call-overload]
+    assert [(num(e, "i"), num(e, "j")) for e in events] == [
         (i, j) for i in range(10) for j in (0, 1)
     ]
     assert parent.head("shared") == 20
@@ -971,6 +972,6 @@ def test_sigkill_during_checkpoints_loses_nothing(db: str) -> None:
     try:
         events = store.read("s")
         assert len(events) >= acknowledged
-        assert [e.data["i"] for e in events] == list(range(1, len(events) + 1))  # type: ignore[index,call-overload]
+        assert [num(e, "i") for e in events] == list(range(1, len(events) + 1))
     finally:
         store.close()
