@@ -16,7 +16,7 @@ if TYPE_CHECKING:  # the runtime is imported by the fixtures that use it, not by
 
 
 @pytest.fixture(params=["memory", "sqlite"])
-def backend(request: pytest.FixtureRequest, tmp_path: pathlib.Path) -> str:
+def backend(request: pytest.FixtureRequest) -> str:
     """Run the test once per backend."""
     return str(request.param)
 

@@ -128,7 +128,8 @@ class LeaseAndPinCases(ConformanceBase):
         assert (pin.session_id, pin.as_of_seq) == ("s", 3)
         store.create("empty")
         empty = store.pin("empty")
-        assert empty is not None and empty.as_of_seq == 0
+        assert empty is not None
+        assert empty.as_of_seq == 0
         assert store.read("empty", pin=empty) == []
 
     def test_pinned_read_clamped_while_appending(self, store: Store) -> None:
@@ -192,7 +193,8 @@ class LeaseAndPinCases(ConformanceBase):
         with pytest.raises(SnapshotExpiredError):
             store.read("s", pin=pin)
         fresh = store.pin("s")
-        assert fresh is not None and fresh.as_of_seq == 3
+        assert fresh is not None
+        assert fresh.as_of_seq == 3
         assert len(store.read("s", pin=fresh)) == 3
 
     def test_pin_through_clone(self, store: Store) -> None:

@@ -111,7 +111,8 @@ async def test_stop_ends_the_thread_after_queued_calls(lane: StoreLane) -> None:
     """stop() lets queued calls finish, ends the thread, and later calls are refused."""
     ident = await lane.run(threading.get_ident)
     thread = next(t for t in threading.enumerate() if t.ident == ident)
-    assert thread.daemon and thread.name == "tidelog test lane"
+    assert thread.daemon
+    assert thread.name == "tidelog test lane"
     lane.stop()
     lane.stop()  # idempotent
     await trio.to_thread.run_sync(thread.join, 10)

@@ -99,11 +99,12 @@ async def host(db: str, workdir: Path, mode: str, crash_at: str) -> None:
             return respond(request)
 
     class Hooks(RunHooks):
-        async def on_model_turn(self, ctx: RunContext, entries: tuple[Entry, ...]) -> None:
+        # RunHooks' signatures; these hooks only crash the process at their barrier.
+        async def on_model_turn(self, ctx: RunContext, entries: tuple[Entry, ...]) -> None:  # noqa: ARG002
             if crash_at == "after_model_turn":
                 die()
 
-        async def on_tool_result(self, ctx: RunContext, result: ToolResult) -> None:
+        async def on_tool_result(self, ctx: RunContext, result: ToolResult) -> None:  # noqa: ARG002
             if crash_at == "after_tool_result":
                 die()
 
@@ -117,7 +118,8 @@ async def host(db: str, workdir: Path, mode: str, crash_at: str) -> None:
         if crash_at == "between_completion_and_history":
 
             class DyingHistory(RuntimeHistory):
-                async def append(self, *args: object, **kwargs: object) -> str:
+                # Dies before it looks at its arguments.
+                async def append(self, *args: object, **kwargs: object) -> str:  # noqa: ARG002
                     die()
                     raise AssertionError  # pragma: no cover
 

@@ -76,9 +76,11 @@ async def test_append_accumulates_entries_and_replaces_head(cp: Checkpointer) ->
     await cp.append("r", ENTRIES[:1], head(turns=1))
     await cp.append("r", ENTRIES[1:], head(turns=2, usage={"input_tokens": 5}))
     snap = await cp.load("r")
-    assert snap is not None and snap.run_id == "r"
+    assert snap is not None
+    assert snap.run_id == "r"
     assert list(snap.entries) == ENTRIES
-    assert snap.head.turns == 2 and snap.head.usage == {"input_tokens": 5}
+    assert snap.head.turns == 2
+    assert snap.head.usage == {"input_tokens": 5}
     assert await cp.load("other") is None
 
 
@@ -123,14 +125,17 @@ async def test_head_fields_round_trip(cp: Checkpointer) -> None:
     )
     await cp.append("r", [AssistantMessage("x", agent="writer")], full)
     snap = await cp.load("r")
-    assert snap is not None and snap.head == full
+    assert snap is not None
+    assert snap.head == full
 
 
 def test_old_snapshot_loads_with_defaults() -> None:
     """A head stored without newer optional fields loads with the documented defaults."""
     loaded = RunHead.from_json({"agent": "a", "status": "interrupted", "future_field": 1})
     assert loaded == RunHead("a", status="interrupted")
-    assert loaded.usage == {} and loaded.turns == 0 and loaded.error is None
+    assert loaded.usage == {}
+    assert loaded.turns == 0
+    assert loaded.error is None
 
 
 def test_snapshot_json_round_trip() -> None:
@@ -178,7 +183,8 @@ async def test_policies_with_a_stored_run(status: RunStatus) -> None:
     resuming: tuple[Literal["resume", "resume_only"], ...] = ("resume", "resume_only")
     for policy in resuming:
         snap = await begin_run(CheckpointOptions(cp, "r", if_run_exists=policy))
-        assert snap is not None and snap.head.status == status
+        assert snap is not None
+        assert snap.head.status == status
     with pytest.raises(RunExistsError) as info:
         await begin_run(CheckpointOptions(cp, "r", if_run_exists="fail"))
     assert info.value.status == status
@@ -223,7 +229,8 @@ async def test_completion_is_atomic_on_one_runtime(tmp_path: pathlib.Path) -> No
             meta={"m": 1},
         )
         snap = await checkpoints(rt).load("r")
-        assert snap is not None and snap.head.status == "completed"
+        assert snap is not None
+        assert snap.head.status == "completed"
         assert await history(rt).load("s") == ENTRIES
         await complete_run(
             checkpoints(rt),
@@ -238,7 +245,7 @@ async def test_completion_is_atomic_on_one_runtime(tmp_path: pathlib.Path) -> No
 
 
 async def test_atomic_completion_failure_leaves_neither(
-    autojump_clock: trio.testing.MockClock,
+    autojump_clock: trio.testing.MockClock,  # noqa: ARG001 (pytest-trio runs the test on it)
 ) -> None:
     """If the shared commit fails, neither the completion nor the segment is visible (the
     group was accepted: CommitPendingError); once the store recovers both land together."""
@@ -265,7 +272,8 @@ async def test_atomic_completion_failure_leaves_neither(
         assert (snap.head.status == "completed") == (store.head("s") == len(ENTRIES) + 1)
         await rt.flush()
         snap = await checkpoints(rt).load("r")
-        assert snap is not None and snap.head.status == "completed"
+        assert snap is not None
+        assert snap.head.status == "completed"
         assert await history(rt).load("s") == ENTRIES
 
 

@@ -76,7 +76,8 @@ async def test_append_is_idempotent_per_run_id(setup: Setup) -> None:
     await history.append("s", run(1), run_id="r1", meta={"v": 1})
     assert await history.append("s", run(2), run_id="r1", meta={"v": 2}) == "r1"
     segments = await history.segments("s")
-    assert len(segments) == 1 and segments[0].meta == {"v": 1}
+    assert len(segments) == 1
+    assert segments[0].meta == {"v": 1}
     assert list(segments[0].entries) == run(1)
 
 
@@ -94,7 +95,8 @@ async def test_generated_run_ids_are_unique(setup: Setup) -> None:
     history = setup[0]
     a = await history.append("s", run(1))
     b = await history.append("s", run(1))
-    assert a != b and len(await history.segments("s")) == 2
+    assert a != b
+    assert len(await history.segments("s")) == 2
 
 
 async def test_no_aliasing(setup: Setup) -> None:
@@ -107,7 +109,8 @@ async def test_no_aliasing(setup: Setup) -> None:
     entries.append(UserMessage("late"))
     nested["x"] = 2
     segment = (await history.segments("s"))[0]
-    assert len(segment.entries) == 4 and segment.meta == {"nested": {"x": 1}}
+    assert len(segment.entries) == 4
+    assert segment.meta == {"nested": {"x": 1}}
     assert segment.meta is not None
     segment.meta["nested"] = "changed"
     assert (await history.segments("s"))[0].meta == {"nested": {"x": 1}}
@@ -133,11 +136,11 @@ async def test_bad_input_refused_and_nothing_changed(setup: Setup) -> None:
         await history.append("s", run(1), meta=["x"])  # type: ignore[arg-type]  # bad input under test
     with pytest.raises(InvalidArgumentError):
         await history.append("s", [SidecarEntry("tidelog.segment", {})])
-    with pytest.raises(ValueError):
+    with pytest.raises(InvalidArgumentError, match="keep_entries"):
         await history.rewind("s", -1)
-    with pytest.raises(ValueError):
+    with pytest.raises(InvalidArgumentError, match="keep_chars"):
         await history.trim_tool_results("s", keep_chars=-1)
-    with pytest.raises(ValueError):
+    with pytest.raises(InvalidArgumentError, match="keep_runs"):
         await history.trim_tool_results("s", keep_runs=-2)
     assert await history.segments("s") == []
 
@@ -196,10 +199,12 @@ async def test_rewind_cuts_inside_a_run(setup: Setup) -> None:
     assert removed == 7
     segments = await history.segments("s")
     assert [s.run_id for s in segments] == ["r1", "r2"]
-    assert segments[0].meta == {"m": 1} and segments[1].meta is None
+    assert segments[0].meta == {"m": 1}
+    assert segments[1].meta is None
     assert list(segments[1].entries) == [UserMessage("question 2")]
     assert await cp.load("r1") is not None
-    assert await cp.load("r2") is None and await cp.load("r3") is None
+    assert await cp.load("r2") is None
+    assert await cp.load("r3") is None
 
 
 async def test_rewind_edges(setup: Setup) -> None:

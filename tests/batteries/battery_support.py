@@ -75,7 +75,7 @@ class CancelAfterSteps(trio.abc.Instrument):
         self.steps = steps
         self.scope = scope
 
-    def after_task_step(self, task: trio.lowlevel.Task) -> None:
+    def after_task_step(self, task: trio.lowlevel.Task) -> None:  # noqa: ARG002 (counts steps)
         self.steps -= 1
         if self.steps == 0:
             self.scope.cancel()

@@ -208,7 +208,8 @@ async def test_cancel_fork_at_every_step(make_runtime: RuntimeFactory, load: int
             cancelled = await run_cancelled_at(step, lambda: rt.fork("src", child))
             info = await rt.stat(child)
             if info is not None:
-                assert info.head == 5 and info.parent == ("src", 5)
+                assert info.head == 5
+                assert info.parent == ("src", 5)
                 assert len(await rt.read(child)) == 5
             else:
                 assert cancelled, f"step {step}: an uncancelled fork created nothing"
@@ -254,7 +255,8 @@ async def test_cancel_checkpoint_save(make_runtime: RuntimeFactory, load: int) -
             more, more_head = _turn(10_000 + step)
             await cp.append("run", more, more_head)
             again = await cp.load("run")
-            assert again is not None and again.entries[-3:] == tuple(more)
+            assert again is not None
+            assert again.entries[-3:] == tuple(more)
             assert again.head == more_head
             STATS["rounds"] += 1
             return cancelled
@@ -371,7 +373,8 @@ async def test_cancel_delete(make_runtime: RuntimeFactory, load: int) -> None:
             if info is None:
                 assert data == [], f"step {step}: events outlived their session"
             else:
-                assert info.head == 5 and data == [{"i": i} for i in range(5)], f"step {step}"
+                assert info.head == 5, f"step {step}"
+                assert data == [{"i": i} for i in range(5)], f"step {step}"
             async with rt.open_session(session_id) as w:
                 head = await w.head()
                 assert await w.append([NewEvent("k", {"again": step})]) == head + 1

@@ -33,6 +33,7 @@ from runtime import (
     MemoryStore,
     NewEvent,
     Runtime,
+    SessionWriter,
     SqliteStore,
     StoreError,
     TidelogError,
@@ -187,6 +188,17 @@ async def runtimes(tmp: Path) -> AsyncIterator[dict[str, Runtime]]:
         yield {"memory": mem, "sqlite": sql}
 
 
+async def submit(w: SessionWriter, events: list[NewEvent], *, nowait: bool) -> tuple[int, int]:
+    """Write ``events`` with ``append_nowait`` and a flush, or with one awaited append;
+    return their seq range."""
+    if nowait:
+        seqs = w.append_nowait(events)
+        await w.flush()
+        return seqs
+    head = await w.append(events)
+    return head - len(events) + 1, head
+
+
 def first_bad(batch: list[tuple[object, object, object]]) -> int | None:
     for index, (kind, data, run_id) in enumerate(batch):
         if not valid_name(kind) or not exact_json(data):
@@ -213,19 +225,12 @@ async def test_hostile_events_refused_whole_or_stored_exactly(
                     new = [NewEvent(k, d, run_id=r) for k, d, r in batch]
                     if bad is not None:
                         with pytest.raises(InvalidEventError) as info:
-                            if nowait:
-                                w.append_nowait(new)
-                            else:
-                                await w.append(new)
+                            await submit(w, new, nowait=nowait)
                         assert info.value.index == bad, (side, info.value, batch)
                         assert await w.head() == 1
                         TRIED["refused"] += 1
                     else:
-                        if nowait:
-                            assert w.append_nowait(new) == (2, 1 + len(batch))
-                            await w.flush()
-                        else:
-                            assert await w.append(new) == 1 + len(batch)
+                        assert await submit(w, new, nowait=nowait) == (2, 1 + len(batch))
                         TRIED["stored"] += 1
                     # Keeps serving, and nothing of a refused batch is there.
                     head = await w.append([NewEvent("after", None)])
@@ -268,7 +273,9 @@ async def test_hostile_session_ids(tmp_path: Path, sid: Any) -> None:
                     head = await w.head()
                     await w.append([NewEvent("k", {"tag": tag})])
                 info = await rt.stat(sid)
-                assert info is not None and info.id == sid and info.head == head + 1
+                assert info is not None
+                assert info.id == sid
+                assert info.head == head + 1
                 async with rt.open_session(sid, mode="read") as r:
                     assert (await r.read())[-1].data == {"tag": tag}
                 assert sid in {i.id for i in await rt.list_sessions()}
@@ -303,7 +310,8 @@ async def test_hostile_headers_meta_and_run_ids(
                     async with rt.open_session(sid, header=header):
                         pass
                     info = await rt.stat(sid)
-                    assert info is not None and info.header == (header or {})
+                    assert info is not None
+                    assert info.header == (header or {})
                 else:
                     await refused(rt.open_session(sid, header=header), InvalidArgumentError)
                     assert await rt.stat(sid) is None
@@ -333,7 +341,8 @@ async def test_huge_strings(tmp_path: Path, backend: str) -> None:
         async with open_runtime(target) as rt, rt.open_session("big") as w:
             assert await w.append([NewEvent("k", {"text": big}), NewEvent("k", big)]) == 2
             [first, second] = await w.read()
-            assert first.data == {"text": big} and second.data == big
+            assert first.data == {"text": big}
+            assert second.data == big
             await refused(rt.open_session(big), InvalidSessionIdError)
             with pytest.raises(InvalidEventError) as info:
                 await w.append([NewEvent("ok", None), NewEvent(big, None)])
@@ -473,15 +482,19 @@ async def test_hostile_file_names_refused_cleanly(tmp_path: Path, name: str) -> 
     work.mkdir()
     before = _entries(work)
     path = name if name in ("", ":memory:") or name.startswith("file:") else str(work / name)
+
+    async def open_and_close(opener: str) -> None:
+        if opener == "store":
+            SqliteStore(path).close()
+            return
+        with trio.fail_after(10):
+            async with open_runtime(path):
+                pass
+
     for opener in ("store", "runtime"):
         TRIED["inputs"] += 1
         with pytest.raises(TidelogError) as info:
-            if opener == "store":
-                SqliteStore(path).close()
-            else:
-                with trio.fail_after(10):
-                    async with open_runtime(path):
-                        pass
+            await open_and_close(opener)
         assert isinstance(info.value, InvalidArgumentError | StoreError), repr(info.value)
         assert _entries(work) == before, f"{opener} left {_entries(work) - before}"
         TRIED["refused"] += 1

@@ -77,7 +77,8 @@ def check_log(store: SqliteStore, sid: str, acked: int) -> int:
     for e in events:
         data = e.data
         assert isinstance(data, dict), e
-        assert e.kind == "b" and data["s"] == sid, f"{sid}: foreign event {e}"
+        assert e.kind == "b", f"{sid}: foreign event {e}"
+        assert data["s"] == sid, f"{sid}: foreign event {e}"
         assert data["n"] == e.seq, f"{sid}: event meant for seq {data['n']} stored at {e.seq}"
         batches[text(e, "b")].append((e.seq, num(e, "k"), num(e, "of")))
     for batch, parts in batches.items():

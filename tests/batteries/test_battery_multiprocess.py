@@ -364,7 +364,8 @@ def check_logs(logs: dict[str, list[StoredEvent]], children: list[Churner]) -> d
             if batch.startswith("parent."):
                 continue
             assert batch in attempted, f"{sid}: {batch} was never attempted"
-            assert attempted[batch][0] == sid and attempted[batch][2] == of
+            assert attempted[batch][0] == sid
+            assert attempted[batch][2] == of
             assert batch not in lost, f"{sid}: fenced batch {batch} was written"
             if batch in acked:
                 assert acked[batch] == (sid, run[-1].seq), (batch, acked[batch], run[-1].seq)
@@ -448,7 +449,8 @@ async def one_round(
                     for child in children[1:]:
                         await child.finish()
                         await child.eof.wait()  # its last report is read
-                        assert child.lines and child.lines[-1][0] == "X", child.lines[-3:]
+                        assert child.lines, child.describe()
+                        assert child.lines[-1][0] == "X", child.lines[-3:]
             store = SqliteStore(db)
             try:
                 logs = {s: store.read(s) for s in SESSIONS}

@@ -55,7 +55,8 @@ async def test_open_session_mode_picks_the_handle(rt: Runtime) -> None:
     """open_session returns the handle its overloads promise: a SessionWriter for the
     default and "write" modes, a SessionReader for "read"."""
     async with rt.open_session("s") as w, rt.open_session("t", mode="write") as w2:
-        assert type(w) is SessionWriter and type(w2) is SessionWriter
+        assert type(w) is SessionWriter
+        assert type(w2) is SessionWriter
     async with rt.open_session("s", mode="read") as r:
         assert type(r) is SessionReader
 
@@ -100,7 +101,9 @@ async def test_write_open_creates_with_header(rt: Runtime) -> None:
     """A write open creates a missing session with its header; stat shows it."""
     async with rt.open_session("s", header={"title": "t"}):
         info = await rt.stat("s")
-        assert info is not None and info.header == {"title": "t"} and info.head == 0
+        assert info is not None
+        assert info.header == {"title": "t"}
+        assert info.head == 0
     assert await rt.stat("missing") is None
 
 
@@ -344,7 +347,7 @@ async def test_flush_with_nothing_pending_is_cheap(rt: Runtime) -> None:
 
 
 async def test_background_failure_retries_exactly_once(
-    autojump_clock: trio.testing.MockClock,
+    autojump_clock: trio.testing.MockClock,  # noqa: ARG001 (pytest-trio runs the test on it)
 ) -> None:
     """A failed background commit keeps the events queued in order and retries them: a
     flush after the store recovered just succeeds, and each event lands exactly once."""
@@ -362,7 +365,7 @@ async def test_background_failure_retries_exactly_once(
 
 
 async def test_flush_reports_a_failing_commit_as_pending(
-    autojump_clock: trio.testing.MockClock,
+    autojump_clock: trio.testing.MockClock,  # noqa: ARG001 (pytest-trio runs the test on it)
 ) -> None:
     """A flush whose writes keep failing raises CommitPendingError naming them; they stay
     queued, and a later flush returns once they landed (exactly once)."""
@@ -381,7 +384,7 @@ async def test_flush_reports_a_failing_commit_as_pending(
 
 
 async def test_earlier_failure_never_swallows_the_next_append(
-    autojump_clock: trio.testing.MockClock,
+    autojump_clock: trio.testing.MockClock,  # noqa: ARG001 (pytest-trio runs the test on it)
 ) -> None:
     """After a background commit failure, the next append is queued behind the earlier
     events (never dropped): while the store fails it raises CommitPendingError naming its
@@ -400,7 +403,9 @@ async def test_earlier_failure_never_swallows_the_next_append(
         assert [num(e, "i") for e in store.read("s")] == [1, 2]
 
 
-async def test_awaited_append_failure_then_recovery(autojump_clock: trio.testing.MockClock) -> None:
+async def test_awaited_append_failure_then_recovery(
+    autojump_clock: trio.testing.MockClock,  # noqa: ARG001 (pytest-trio runs the test on it)
+) -> None:
     """An awaited append whose commit fails raises CommitPendingError: its events were
     accepted, stay queued and land once."""
     store = FlakyMemoryStore()
@@ -415,7 +420,7 @@ async def test_awaited_append_failure_then_recovery(autojump_clock: trio.testing
 
 
 async def test_commit_that_reported_failure_but_landed_is_not_duplicated(
-    autojump_clock: trio.testing.MockClock,
+    autojump_clock: trio.testing.MockClock,  # noqa: ARG001 (pytest-trio runs the test on it)
 ) -> None:
     """A commit that landed but reported an error is recognised on retry: no duplicate."""
     store = FlakyMemoryStore()
@@ -568,7 +573,7 @@ async def test_concurrent_first_uses_share_one_actor(rt: Runtime) -> None:
 
 
 async def test_idle_actor_evicted_and_lease_released(
-    autojump_clock: trio.testing.MockClock,
+    autojump_clock: trio.testing.MockClock,  # noqa: ARG001 (pytest-trio runs the test on it)
 ) -> None:
     """An unused actor is evicted after idle_timeout with its queue committed and its
     lease released."""
@@ -669,24 +674,26 @@ async def test_waiters_are_woken_when_the_writer_dies() -> None:
             return super().write_batch(ops, sync=sync)
 
     store = BrokenStore()
-    seen: list[BaseException] = []
+    seen: list[UnwrittenError] = []
 
     async def waiter(w: SessionWriter) -> None:
-        try:
+        with pytest.raises(UnwrittenError) as info:
             await w.append([NewEvent("k", 2)])
-        except UnwrittenError as exc:
-            assert isinstance(exc.__cause__, BrokenError)
-            seen.append(exc)
+        seen.append(info.value)
+
+    async def break_the_writer(outside: trio.Nursery) -> None:
+        async with open_runtime(store) as rt, rt.open_session("s") as w:
+            await w.append([NewEvent("k", 1)])
+            store.broken = True
+            outside.start_soon(waiter, w)
+            await trio.sleep_forever()  # the writer's death cancels this
 
     with trio.fail_after(10):
         async with trio.open_nursery() as outside:
             with pytest.raises(RuntimeError, match="a bug in the store"):
-                async with open_runtime(store) as rt, rt.open_session("s") as w:
-                    await w.append([NewEvent("k", 1)])
-                    store.broken = True
-                    outside.start_soon(waiter, w)
-                    await trio.sleep_forever()  # the writer's death cancels this
+                await break_the_writer(outside)
     assert len(seen) == 1
+    assert isinstance(seen[0].__cause__, BrokenError)
 
 
 @pytest.mark.parametrize("to_seq", [2, 5])

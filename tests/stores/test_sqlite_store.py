@@ -129,7 +129,8 @@ def test_two_instances_see_commits_and_detect_stale_head(
     with pytest.raises(ConflictError) as info:
         b.append("s", evs(1), expected_head=2)
     assert (info.value.session_id, info.value.expected, info.value.actual) == ("s", 2, 3)
-    assert b.head("s") == 3 and a.head("s") == 3
+    assert b.head("s") == 3
+    assert a.head("s") == 3
     assert b.append("s", evs(1), expected_head=3) == 4
     assert [e.seq for e in a.read("s")] == [1, 2, 3, 4]
 
@@ -401,7 +402,8 @@ def test_damaged_middle_pages_found_by_integrity_check(db: str) -> None:
     try:
         ok, detail = store.check_integrity()
         assert ok is False
-        assert detail and detail != "ok"
+        assert detail
+        assert detail != "ok"
     finally:
         store.close()
 
@@ -440,7 +442,8 @@ def test_write_batch_conflict_fails_alone(open_store: Callable[..., SqliteStore]
     results = store.write_batch(
         [op("a", 2, expected_head=1), op("b", 2, expected_head=0), op("c", 3, expected_head=1)]
     )
-    assert results[0] == 3 and results[2] == 4
+    assert results[0] == 3
+    assert results[2] == 4
     error = results[1]
     assert isinstance(error, ConflictError)
     assert (error.session_id, error.expected, error.actual) == ("b", 0, 1)
@@ -458,10 +461,13 @@ def test_write_batch_fencing_fails_alone(open_store: Callable[..., SqliteStore])
         [op("a", 1, owner="token-1"), op("b", 1, owner="token-2"), op("c", 1, owner="token-1")]
     )
     assert results[0] == 1
-    assert isinstance(results[1], OwnershipLostError) and results[1].session_id == "b"
-    assert isinstance(results[2], OwnershipLostError) and results[2].session_id == "c"
+    assert isinstance(results[1], OwnershipLostError)
+    assert results[1].session_id == "b"
+    assert isinstance(results[2], OwnershipLostError)
+    assert results[2].session_id == "c"
     assert (store.head("a"), store.head("b"), store.head("c")) == (1, 0, 0)
-    assert store.stat("b") is None and store.stat("c") is None
+    assert store.stat("b") is None
+    assert store.stat("c") is None
 
 
 @pytest.mark.parametrize("from_end", [False, True])
@@ -541,7 +547,8 @@ def test_fast_path_sees_its_own_other_writes(open_store: Callable[..., SqliteSto
     head = _warm(store, "s")
     assert store.truncate("s", 0) == head
     (error,) = store.write_batch([op("s", 1, expected_head=head)])
-    assert isinstance(error, ConflictError) and error.actual == 0
+    assert isinstance(error, ConflictError)
+    assert error.actual == 0
     assert store.write_batch([op("s", 1, expected_head=0)]) == [1]
     assert store.head("s") == 1
 
@@ -605,7 +612,8 @@ def test_invalid_last_event_writes_nothing(open_store: Callable[..., SqliteStore
     with pytest.raises(InvalidEventError):
         store.append("new", [NewEvent("ok"), NewEvent("bad", float("nan"))])
     assert observer.data_version() == version
-    assert store.head("s") == 2 and store.stat("new") is None
+    assert store.head("s") == 2
+    assert store.stat("new") is None
 
 
 @pytest.fixture
@@ -640,7 +648,9 @@ def test_append_failing_midway_leaves_database_unchanged(
         store.write_batch([op("t", 2), AppendOp("u", tuple(prepare_events([NewEvent("trap")])))])
     assert dump(conn) == before
     assert observer.data_version() == version
-    assert store.head("s") == 5 and store.head("t") == 1 and store.stat("u") is None
+    assert store.head("s") == 5
+    assert store.head("t") == 1
+    assert store.stat("u") is None
     assert store.append("s", evs(1)) == 6  # the connection is usable afterwards
 
 
@@ -791,7 +801,8 @@ def test_subprocess_appends_are_seen_by_parent(
 def test_errors_are_tidelog_errors() -> None:
     """Every error class the SQLite store raises derives from TidelogError, not apsw.Error."""
     for cls in (StoreBusyError, StoreCorruptError, StoreIOError, UnsupportedFormatError):
-        assert issubclass(cls, TidelogError) and not issubclass(cls, apsw.Error)
+        assert issubclass(cls, TidelogError)
+        assert not issubclass(cls, apsw.Error)
 
 
 def test_version_1_file_is_migrated_to_current(tmp_path: Path) -> None:
