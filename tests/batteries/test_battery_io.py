@@ -387,7 +387,13 @@ async def test_runtime_shutdown_with_persistent_fault(
             for b in range(3):
                 w.append_nowait(evs(f"b{b}", 3))
                 accepted.extend({"tag": f"b{b}", "i": i} for i in range(3))
-            await trio.sleep(0.05)
+            # Until the writer tried them: committed (a sync fault fails only the final
+            # barrier) or failed at least once (a write fault).
+            with trio.fail_after(10):
+                while (  # noqa: ASYNC110 (the writer's thread decides)
+                    w.committed_head < len(accepted) and rt.statistics().writer.failed_batches == 0
+                ):
+                    await trio.sleep(0.005)
 
     with trio.fail_after(30):
         with pytest.raises(expected) as info:

@@ -170,17 +170,19 @@ async def test_watch_yields_each_change(rt: Runtime) -> None:
     async with rt.open_session("s") as w:
         await w.append([NewEvent("user", {"text": "a"})])
         seen: list[int] = []
+        watching = trio.Event()
 
         async def follow() -> None:
             async for stats in rt.watch("s", "stats"):
                 seen.append(stats["events"])
+                watching.set()
                 if stats["events"] == 3:
                     return
 
         with trio.fail_after(10):
             async with trio.open_nursery() as nursery:
                 nursery.start_soon(follow)
-                await trio.sleep(0.05)
+                await watching.wait()  # it yielded the current value: it is watching
                 await w.append([NewEvent("assistant", {"text": "b"})])
                 await w.append([NewEvent("user", {"text": "c"})])
     assert seen == [1, 2, 3]

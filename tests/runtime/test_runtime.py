@@ -520,13 +520,14 @@ async def test_snapshot_does_not_pin_the_wal(tmp_path: pathlib.Path) -> None:
 
             conn = apsw.Connection(str(path))
             try:
-                while True:  # the runtime's own checkpoint may be running (busy)
-                    row = conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchone()
-                    assert row is not None
-                    busy, log, done = row
-                    if not busy:
-                        break
-                    await trio.sleep(0.01)
+                with trio.fail_after(10):
+                    while True:  # the runtime's own checkpoint may be running (busy)
+                        row = conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchone()
+                        assert row is not None
+                        busy, log, done = row
+                        if not busy:
+                            break
+                        await trio.sleep(0.01)
             finally:
                 conn.close()
             assert log == done
