@@ -34,7 +34,7 @@ class HandleCases(ConformanceBase):
     # -- close ---------------------------------------------------------------------------
 
     def test_close_is_idempotent(self, store: Store) -> None:
-        """close may be called repeatedly."""
+        """close may be called repeatedly (passes by not raising)."""
         store.close()
         store.close()
 

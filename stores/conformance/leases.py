@@ -97,7 +97,8 @@ class LeaseAndPinCases(ConformanceBase):
         assert store.head("s") == 1
 
     def test_delete_drops_lease(self, store: Store) -> None:
-        """Deleting a session drops its lease: another owner can then acquire it."""
+        """Deleting a session drops its lease: another owner can then acquire it (the last
+        call raises SessionOwnedError if the lease survived)."""
         store.append("s", _events(1))
         store.acquire_lease("s", "A", ttl=10.0, holder="A@host")
         store.delete("s")

@@ -634,6 +634,9 @@ async def test_runtime_flush_ignores_other_sessions_starting_or_dead(rt: Runtime
         await rt.delete("gone")
         await rt.flush()
         await w.flush()
+        assert w.committed_head == 1
+        assert await stat_head(rt, "b") == 1
+        assert await rt.stat("gone") is None
 
 
 class _BadCloseStore(MemoryStore):
