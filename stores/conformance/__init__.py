@@ -18,7 +18,7 @@ Usage, in a test module of the backend::
 
 The base classes are not named ``Test*`` so pytest only collects them through a subclass.
 Every test is synchronous and pins one behaviour of the contract in ``stores/contract.py``
-(the docstrings there are the specification) and ``DESIGN.md``.
+(the docstrings there are the specification).
 """
 
 from __future__ import annotations

@@ -111,8 +111,9 @@ async def host(db: str, workdir: Path, mode: str, crash_at: str) -> None:
     agent = Agent("worker", "do the job", tools=(note, charge), model=Model())
     how: dict[str, str] = {}
     result: RunResult | None = None
-    # Checkpoints in a second database: completion then follows lovia's order
-    # (checkpoint, then history), which has the crash window this test exercises.
+    # Checkpoints in a second database: completion then follows the order of lovia (the
+    # Python agent framework whose Session/Checkpoint/Runner design the agent layer
+    # follows): checkpoint, then history, which has the crash window this test exercises.
     async with open_runtime(db) as rt, open_runtime(db + ".runs") as runs:
         conversations = history(rt)
         if crash_at == "between_completion_and_history":

@@ -1,5 +1,7 @@
 """Run checkpoints: one suite for MemoryCheckpointer and RuntimeCheckpointer, the
-if_run_exists policies, and run completion (atomic on one runtime, lovia's order else)."""
+if_run_exists policies, and run completion: atomic on one runtime, otherwise in the order
+of lovia (the Python agent framework whose Session/Checkpoint/Runner design the agent
+layer follows): checkpoint first, then history."""
 
 from __future__ import annotations
 

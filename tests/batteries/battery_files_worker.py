@@ -1,4 +1,4 @@
-"""The child of the damaged-file battery (``tests/test_battery_files.py``).
+"""The child of the damaged-file battery (``test_battery_files.py``).
 
 Usage: ``python battery_files_worker.py PRISTINE WORKDIR MODE SEED TRIALS``
 

@@ -1,4 +1,4 @@
-"""The child process of the kill -9 battery (``tests/test_battery_kill.py``).
+"""The child process of the kill -9 battery (``test_battery_kill.py``).
 
 Usage::
 

@@ -1,7 +1,7 @@
 """Battery 7: damaged, foreign and newer files, and file permissions.
 
 * Random byte flips in random pages and truncations at random offsets (run in a child,
-  ``tests/battery_files_worker.py``, under a timeout, so that a hang fails the test
+  ``battery_files_worker.py``, under a timeout, so that a hang fails the test
   instead of blocking it): with ``integrity_check_on_open=True`` the file is refused
   with ``StoreCorruptError`` and left unchanged -- or, when the damage is invisible to
   SQLite's checks, every read answers or raises a tidelog error; the runtime (no
@@ -10,8 +10,8 @@
   ``StoreCorruptError`` when a read meets it.
 * A WAL file copied from another database is refused with the integrity check on, and
   the refusal leaves both files as they were (the original stays recoverable).
-* A newer or foreign file *with a hot WAL* is refused unchanged (``tests/test_sqlite_store.py``
-  covers files without a WAL).
+* A newer or foreign file *with a hot WAL* is refused unchanged
+  (``tests/stores/test_sqlite_store.py`` covers files without a WAL).
 * Database, ``-wal`` and ``-shm`` files are created without group or world write
   permission, whatever the umask.
 """

@@ -1,4 +1,4 @@
-"""Battery 3: I/O faults. An apsw VFS shim (``tests/battery_vfs.py``), registered as the
+"""Battery 3: I/O faults. An apsw VFS shim (``battery_vfs.py``), registered as the
 default VFS, fails ``xWrite`` / ``xSync`` / ``xRead`` on demand with EIO or ENOSPC.
 
 Checked for the store and for the runtime: the operation that meets the fault raises

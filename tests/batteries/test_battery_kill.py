@@ -1,6 +1,6 @@
 """Battery 1: kill -9. A writer process is SIGKILLed at random moments, over and over.
 
-The child (``tests/battery_writer.py write``) appends to several sessions with awaited
+The child (``battery_writer.py write``) appends to several sessions with awaited
 ``append`` and with ``append_nowait`` + ``flush``, printing a line per acknowledgement.
 After each kill the parent checks the database:
 
