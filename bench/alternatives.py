@@ -100,7 +100,7 @@ def _openai_one(path: Path, count: int) -> float:
         try:
             start = time.perf_counter()
             for _ in range(count):
-                await session.add_items([PAYLOAD])  # type: ignore[list-item]
+                await session.add_items([PAYLOAD])
             return time.perf_counter() - start
         finally:
             session.close()

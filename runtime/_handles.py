@@ -41,6 +41,9 @@ class SessionWriter:
 
     After ``Cancelled`` from a write that was already being committed, :meth:`head`
     tells whether it was accepted.
+
+    Its async methods are checkpoints, also when they have nothing to wait for;
+    :meth:`append_nowait` is not one.
     """
 
     def __init__(self, runtime: Runtime, actor: SessionActor, *, exclusive: bool) -> None:
@@ -209,7 +212,8 @@ class SessionWriter:
 
 class SessionReader:
     """A read handle (``rt.open_session(id, "read")``). Reads never block the writer:
-    they run on the runtime's reader connection, and each is one short transaction."""
+    they run on the runtime's reader connection, and each is one short transaction.
+    Its async methods are checkpoints."""
 
     def __init__(self, runtime: Runtime, session_id: str) -> None:
         self._runtime = runtime

@@ -141,7 +141,8 @@ class Pin:
 
 @runtime_checkable
 class Store(Protocol):
-    """The synchronous storage contract. See ``DESIGN.md`` ("The Store contract").
+    """The synchronous storage contract: these docstrings are its specification, and
+    :mod:`stores.conformance` the suite every backend runs against it.
 
     Every method raises :class:`~stores.errors.ClosedError` after :meth:`close`, and
     :class:`~stores.errors.InvalidSessionIdError` / :class:`~stores.errors.InvalidArgumentError`

@@ -15,6 +15,11 @@ Two families are kept apart on purpose:
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # records imports this module: the import is for annotations only
+    from .records import NewEvent
+
 __all__ = [
     "BrokenError",
     "ClosedError",
@@ -156,7 +161,7 @@ class UnwrittenError(TidelogError):
         session_id: str,
         first: int,
         last: int,
-        events: tuple[object, ...] = (),
+        events: tuple[NewEvent, ...] = (),
         *,
         reason: str = "",
     ) -> None:
@@ -210,7 +215,7 @@ class OwnershipLostError(UnwrittenError):
         session_id: str,
         first: int = 1,
         last: int = 0,
-        events: tuple[object, ...] = (),
+        events: tuple[NewEvent, ...] = (),
     ) -> None:
         TidelogError.__init__(
             self, f"session {session_id!r}: this writer's lease was taken over by another writer"

@@ -186,7 +186,8 @@ class SqliteStore(BatchingStore):
         self._unsynced = False
         self._known = sqlops.KnownHeads()
 
-    def _note_wal_pages(self, conn: apsw.Connection, name: str, pages: int) -> int:
+    # apsw's WAL hook signature (the connection and database name are not needed here).
+    def _note_wal_pages(self, conn: apsw.Connection, name: str, pages: int) -> int:  # noqa: ARG002
         """WAL hook (``checkpoints="deferred"``): runs in the committing thread."""
         if pages < self.wal_pages:
             self._fallback_done = 0  # the WAL was restarted

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pathlib
 from collections.abc import AsyncIterator
 from contextlib import AbstractAsyncContextManager
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
@@ -16,7 +16,7 @@ if TYPE_CHECKING:  # the runtime is imported by the fixtures that use it, not by
 
 
 @pytest.fixture(params=["memory", "sqlite"])
-def backend(request: pytest.FixtureRequest, tmp_path: pathlib.Path) -> str:
+def backend(request: pytest.FixtureRequest) -> str:
     """Run the test once per backend."""
     return str(request.param)
 
@@ -28,10 +28,10 @@ def make_runtime(backend: str, tmp_path: pathlib.Path) -> RuntimeFactory:
 
     memory = MemoryStore()
 
-    def factory(**options: object) -> AbstractAsyncContextManager[Runtime]:
+    def factory(**options: Any) -> AbstractAsyncContextManager[Runtime]:
         if backend == "memory":
-            return open_runtime(memory, **options)  # type: ignore[arg-type]
-        return open_runtime(tmp_path / "rt.db", **options)  # type: ignore[arg-type]
+            return open_runtime(memory, **options)
+        return open_runtime(tmp_path / "rt.db", **options)
 
     return factory
 

@@ -6,13 +6,54 @@ import contextlib
 from collections.abc import Callable, Sequence
 from contextlib import AbstractAsyncContextManager
 from pathlib import Path
+from typing import TypeVar
 
 import apsw
 
-from runtime import MemoryStore, Runtime
+from runtime import JSON, MemoryStore, NewEvent, Runtime, StoredEvent
 from stores import BatchResult, StoreIOError, WriteOp
 
 RuntimeFactory = Callable[..., AbstractAsyncContextManager[Runtime]]
+
+_MemoryStoreT = TypeVar("_MemoryStoreT", bound=MemoryStore)
+
+
+def obj(event: StoredEvent | NewEvent) -> dict[str, JSON]:
+    """The event's ``data``, asserted to be a JSON object."""
+    assert isinstance(event.data, dict), f"data is not an object: {event.data!r}"
+    return event.data
+
+
+def num(event: StoredEvent | NewEvent, key: str) -> int:
+    """``event.data[key]``, asserted to be an int."""
+    value = obj(event)[key]
+    assert isinstance(value, int), f"data[{key!r}] is not an int: {value!r}"
+    return value
+
+
+def text(event: StoredEvent | NewEvent, key: str) -> str:
+    """``event.data[key]``, asserted to be a string."""
+    value = obj(event)[key]
+    assert isinstance(value, str), f"data[{key!r}] is not a string: {value!r}"
+    return value
+
+
+async def stat_head(rt: Runtime, session_id: str) -> int:
+    """The committed head ``rt.stat`` reports for a session asserted to exist."""
+    info = await rt.stat(session_id)
+    assert info is not None, f"session {session_id!r} does not exist"
+    return info.head
+
+
+def share_state(
+    source: MemoryStore, other: _MemoryStoreT, *, read_only: bool | None
+) -> _MemoryStoreT:
+    """Make ``other`` (a fresh instance of a MemoryStore subclass) a clone of ``source``,
+    as ``MemoryStore.clone`` does: the same data, read-only if either asks for it. For
+    test stores whose ``clone`` must keep their subclass."""
+    other._state = source._state
+    other.read_only = source.read_only or bool(read_only)
+    return other
 
 
 class FlakyMemoryStore(MemoryStore):
@@ -23,8 +64,8 @@ class FlakyMemoryStore(MemoryStore):
     the disk reports an error after the data reached it).
     """
 
-    def __init__(self) -> None:
-        super().__init__()
+    def __init__(self, *, read_only: bool = False) -> None:
+        super().__init__(read_only=read_only)
         self.fail_next = 0
         self.fail_after_commit = 0
         self.batches = 0
@@ -40,10 +81,9 @@ class FlakyMemoryStore(MemoryStore):
             raise StoreIOError("injected: error after commit")
         return results
 
-    def clone(self) -> FlakyMemoryStore:
-        other = FlakyMemoryStore()
-        other._state = self._state
-        return other
+    def clone(self, *, read_only: bool | None = None) -> FlakyMemoryStore:
+        """A handle on the same data with fault counters of its own."""
+        return share_state(self, FlakyMemoryStore(), read_only=read_only)
 
 
 def write_lock_free(db: Path) -> bool:

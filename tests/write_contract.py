@@ -63,7 +63,7 @@ class Caller:
     async def call(
         self,
         attempt: Callable[[], Awaitable[object]],
-        accept: Callable[[], None],
+        accept: Callable[[], object],
         events: Callable[[], list[tuple[str, str]]] = list,
     ) -> None:
         """Run one write call: ``accept()`` updates the model when it was accepted;

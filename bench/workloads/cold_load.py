@@ -25,7 +25,7 @@ from typing import Any
 
 import trio
 
-from runtime import NewEvent, SessionReader, SessionWriter, open_runtime
+from runtime import NewEvent, open_runtime
 
 from ..core import PAYLOAD, CaseContext, Metrics, Row, Target, case, encode_payload, rows
 from ..procs import run_worker, worker
@@ -50,7 +50,6 @@ def _events(ctx: CaseContext) -> int:
 async def _tidelog_load(path: str, expected: int) -> Metrics:
     start = time.perf_counter()
     async with open_runtime(path) as rt, rt.open_session(_SESSION, mode="read") as r:
-        assert isinstance(r, SessionReader)
         events = await r.read()
         elapsed = time.perf_counter() - start
     if len(events) != expected:
@@ -62,10 +61,11 @@ def _raw_read(path: str) -> list[tuple[int, object]]:
     conn = open_raw(Path(path), "NORMAL")
     try:
         decode = _DECODER.decode
-        rows = conn.execute(
+        # (seq INTEGER, data TEXT) rows: apsw types a row as any SQLite value per column.
+        rows: list[Any] = conn.execute(
             "SELECT seq, data FROM events WHERE session=? ORDER BY seq", (_SESSION,)
         ).fetchall()
-        return [(int(seq), decode(data)) for seq, data in rows]  # type: ignore[arg-type]
+        return [(int(seq), decode(data)) for seq, data in rows]
     finally:
         conn.close()
 
@@ -91,7 +91,6 @@ def w3_load(args: dict[str, Any]) -> Metrics:
 
 async def _write_tidelog(path: Path, n: int) -> None:
     async with open_runtime(path) as rt, rt.open_session(_SESSION, mode="write") as w:
-        assert isinstance(w, SessionWriter)
         for first in range(0, n, _BATCH):
             count = min(_BATCH, n - first)
             await w.append([NewEvent("message", PAYLOAD) for _ in range(count)])

@@ -16,7 +16,7 @@ from typing import Any
 import apsw
 import trio
 
-from runtime import NewEvent, SessionWriter, open_runtime
+from runtime import NewEvent, open_runtime
 
 from ..core import (
     PAYLOAD,
@@ -37,16 +37,24 @@ _SESSION = "s"
 _BATCH = 100
 
 
+def _row(conn: apsw.Connection, sql: str) -> tuple[Any, ...]:
+    """The one row ``sql`` (a PRAGMA) returns."""
+    row = conn.execute(sql).fetchone()
+    if row is None:
+        raise RuntimeError(f"{sql} returned no row")
+    return tuple(row)
+
+
 def on_disk(path: Path) -> Metrics:
     """Checkpoint the WAL into the main file (TRUNCATE) and measure the files."""
     conn = apsw.Connection(str(path))
     try:
-        busy, log, done = conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()  # type: ignore[misc]
+        busy, log, done = _row(conn, "PRAGMA wal_checkpoint(TRUNCATE)")
         if busy:
             raise RuntimeError(f"checkpoint blocked (log {log}, checkpointed {done})")
-        page_size = conn.execute("PRAGMA page_size").fetchone()[0]  # type: ignore[index]
-        pages = conn.execute("PRAGMA page_count").fetchone()[0]  # type: ignore[index]
-        free = conn.execute("PRAGMA freelist_count").fetchone()[0]  # type: ignore[index]
+        [page_size] = _row(conn, "PRAGMA page_size")
+        [pages] = _row(conn, "PRAGMA page_count")
+        [free] = _row(conn, "PRAGMA freelist_count")
     finally:
         conn.close()
     wal = Path(f"{path}-wal")
@@ -61,7 +69,6 @@ def on_disk(path: Path) -> Metrics:
 
 async def _write_tidelog(path: Path, n: int) -> None:
     async with open_runtime(path) as rt, rt.open_session(_SESSION, mode="write") as w:
-        assert isinstance(w, SessionWriter)
         for first in range(0, n, _BATCH):
             await w.append([NewEvent("message", PAYLOAD) for _ in range(min(_BATCH, n - first))])
 

@@ -31,7 +31,7 @@ from typing import Literal
 import apsw
 import trio
 
-from runtime import NewEvent, Runtime, SessionWriter, open_runtime
+from runtime import NewEvent, Runtime, open_runtime
 
 from ..alternatives import ALL as ALTERNATIVES
 from ..alternatives import Alternative
@@ -186,7 +186,6 @@ async def tidelog_client(rt: Runtime, gate: Gate, session: str, appends: int) ->
     """One tidelog W2 client: open the session, wait for the start, ``appends`` awaited
     appends, and keep the session open until every client is done (closing is untimed)."""
     async with rt.open_session(session, mode="write") as w:
-        assert isinstance(w, SessionWriter)
         await gate.arrive()
         for _ in range(appends):
             await w.append([NewEvent("message", PAYLOAD)])

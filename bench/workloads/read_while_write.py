@@ -25,7 +25,7 @@ from pathlib import Path
 
 import trio
 
-from runtime import NewEvent, SessionReader, SessionWriter, open_runtime
+from runtime import NewEvent, open_runtime
 
 from ..core import (
     PAYLOAD,
@@ -125,7 +125,6 @@ def _combine(solo: Metrics, both: Metrics) -> Metrics:
 
 async def _tidelog_phase(path: Path, count: int, with_reader: bool) -> Metrics:
     async with open_runtime(path) as rt, rt.open_session(_SESSION, mode="write") as w:
-        assert isinstance(w, SessionWriter)
         await w.append([NewEvent("message", PAYLOAD) for _ in range(SEED)])
 
         async def append_one() -> None:
@@ -133,7 +132,6 @@ async def _tidelog_phase(path: Path, count: int, with_reader: bool) -> Metrics:
 
         async def read_loop(state: _Reader) -> None:
             async with rt.open_session(_SESSION, mode="read") as r:
-                assert isinstance(r, SessionReader)
                 clock = time.perf_counter
                 while not state.stop:
                     start = clock()

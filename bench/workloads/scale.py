@@ -60,7 +60,6 @@ async def _append_latency(path: Path, count: int) -> Metrics:
         writers: list[SessionWriter] = []
         for i in range(SESSIONS):
             w = await stack.enter_async_context(rt.open_session(f"session-{i}", mode="write"))
-            assert isinstance(w, SessionWriter)
             writers.append(w)
         for w in writers:  # warm-up
             await w.append([NewEvent("message", PAYLOAD)])
@@ -129,7 +128,6 @@ def w8_rss(args: dict[str, Any]) -> Metrics:
             async def open_some(ids: list[str]) -> None:
                 for session_id in ids:
                     async with rt.open_session(session_id, mode="write") as w:
-                        assert isinstance(w, SessionWriter)
                         await w.append([NewEvent("message", PAYLOAD)])
 
             ids = [f"session-{i}" for i in range(count)]

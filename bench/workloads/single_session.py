@@ -25,7 +25,7 @@ from typing import Literal
 
 import trio
 
-from runtime import NewEvent, SessionWriter, open_runtime
+from runtime import NewEvent, open_runtime
 
 from ..alternatives import ALL as ALTERNATIVES
 from ..alternatives import Alternative
@@ -134,7 +134,6 @@ async def _tidelog(path: Path, synchronous: Level, n: int, nowait: bool) -> Metr
         open_runtime(path, synchronous=synchronous) as rt,
         rt.open_session(_SESSION, mode="write") as w,
     ):
-        assert isinstance(w, SessionWriter)
         before = rt.statistics()
         start = time.perf_counter()
         if nowait:

@@ -27,7 +27,7 @@ from typing import Any
 
 import trio
 
-from runtime import NewEvent, SessionWriter, open_runtime
+from runtime import NewEvent, open_runtime
 
 from ..core import (
     PAYLOAD,
@@ -80,7 +80,6 @@ class _Arrivals:
 async def _tidelog_inproc(path: Path, n: int) -> Metrics:
     clock = time.perf_counter
     async with open_runtime(path) as rt, rt.open_session(_SESSION, mode="write") as w:
-        assert isinstance(w, SessionWriter)
         await w.append([NewEvent("message", PAYLOAD)])
         arrivals = _Arrivals()
 
@@ -168,7 +167,6 @@ def w6_writer(args: dict[str, Any]) -> Metrics:
             open_runtime(args["path"]) as rt,
             rt.open_session(_SESSION, mode="write") as w,
         ):
-            assert isinstance(w, SessionWriter)
             for _ in range(args["count"]):
                 await trio.sleep(rng.uniform(0.005, 0.015))
                 await w.append([NewEvent("message", dict(PAYLOAD, t=time.time()))])

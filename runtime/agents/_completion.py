@@ -1,9 +1,9 @@
 """Completing a run: the checkpoint says "completed" and the history holds the run.
 
-lovia (the agent framework this layer's Session/Checkpoint/Runner design follows) orders
-it "complete the checkpoint, then append to the session": a crash between the two leaves
-a completed checkpoint whose segment is missing, repaired when the run is replayed (the
-history append is idempotent). When the checkpointer and the history live on the same
+lovia (the Python agent framework whose Session/Checkpoint/Runner design this layer
+follows) orders it "complete the checkpoint, then append to the session": a crash between
+the two leaves a completed checkpoint whose segment is missing, repaired when the run is
+replayed (the history append is idempotent). When the checkpointer and the history live on the same
 tidelog runtime, tidelog closes that window: both writes commit in one transaction (an
 atomic append across the two sessions), so a run is never complete in one place and
 missing from the other.

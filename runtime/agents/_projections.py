@@ -12,8 +12,9 @@ def _int(value: JSON) -> int:
 
 
 class ConversationProjection(Projection):
-    """``conversation``: the messages a model would see, folded as lite-agent (the event-log
-    checkpointer design this project started from) does.
+    """``conversation``: the messages a model would see, folded as lite-agent does
+    (lite-agent: the event-log checkpointer design, with a SQLite backend and a
+    conformance suite, that this project started from).
 
     ``user`` and ``assistant`` events push a message (an assistant's ``tool_call`` events
     attach to it); consecutive ``tool_result`` events coalesce into one ``tool`` message;

@@ -450,7 +450,7 @@ class _Run:
 
 
 class Runner:
-    """Runs agents (after lovia's ``Runner``; lovia is the agent framework whose
+    """Runs agents (after lovia's ``Runner``; lovia is the Python agent framework whose
     Session/Checkpoint/Runner design this layer follows)."""
 
     @staticmethod

@@ -133,7 +133,8 @@ def _check_optional_dict(inst: object, attribute: attrs.Attribute[Any], value: o
         _check_dict(inst, attribute, value)
 
 
-def _check_sidecar_kind(inst: object, attribute: attrs.Attribute[Any], value: object) -> None:
+# The signature attrs calls validators with (inst and attribute unused here).
+def _check_sidecar_kind(inst: object, attribute: attrs.Attribute[Any], value: object) -> None:  # noqa: ARG001
     """Same rules as an event kind, and not one of the conversation kinds."""
     if not isinstance(value, str):
         raise InvalidArgumentError(

@@ -18,7 +18,7 @@ Usage, in a test module of the backend::
 
 The base classes are not named ``Test*`` so pytest only collects them through a subclass.
 Every test is synchronous and pins one behaviour of the contract in ``stores/contract.py``
-(the docstrings there are the specification) and ``DESIGN.md``.
+(the docstrings there are the specification).
 """
 
 from __future__ import annotations
@@ -139,7 +139,8 @@ class DurableStoreConformance(StoreConformance):
         reopened = self._reopen(store, tmp_path)
         assert (reopened.head("a"), reopened.head("b")) == (2, 1)
         stat = reopened.stat("b")
-        assert stat is not None and stat.header == {"h": 1}
+        assert stat is not None
+        assert stat.header == {"h": 1}
         assert reopened.stat("c") is None
 
     def test_reopen_continues_seqs(self, store: Store, tmp_path: pathlib.Path) -> None:
@@ -160,7 +161,8 @@ class DurableStoreConformance(StoreConformance):
         third = self._reopen(second, tmp_path)
         assert third.head("s") == 2
         stat = third.stat("t")
-        assert stat is not None and stat.header == {"v": 1}
+        assert stat is not None
+        assert stat.header == {"v": 1}
 
     def test_reopen_keeps_forks(self, store: Store, tmp_path: pathlib.Path) -> None:
         """A fork and its lineage survive reopen, and deleting the parent afterwards keeps
@@ -169,7 +171,8 @@ class DurableStoreConformance(StoreConformance):
         store.fork("p", "c", at_seq=3)
         reopened = self._reopen(store, tmp_path)
         stat = reopened.stat("c")
-        assert stat is not None and stat.parent == ("p", 3)
+        assert stat is not None
+        assert stat.parent == ("p", 3)
         expected = [e.data for e in reopened.read("p")][:3]
         reopened.delete("p")
         assert [e.data for e in reopened.read("c")] == expected

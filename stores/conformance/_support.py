@@ -300,7 +300,8 @@ class ConformanceBase:
         """Return a new, empty store (its data may live under ``tmp_path``)."""
         raise NotImplementedError
 
-    def reopen_store(self, store: Store, tmp_path: pathlib.Path) -> Store | None:
+    # The signature durable backends override (this default uses neither argument).
+    def reopen_store(self, store: Store, tmp_path: pathlib.Path) -> Store | None:  # noqa: ARG002
         """Durable backends: close ``store`` and return a new one on the same data."""
         return None
 

@@ -110,7 +110,8 @@ class BatchCases(ConformanceBase):
         )
         assert isinstance(results[0], ConflictError)
         assert results[1] == 1
-        assert results[2] is results[0] and results[3] is results[0]
+        assert results[2] is results[0]
+        assert results[3] is results[0]
         assert store.head("s") == 1
 
     def test_write_batch_truncate_and_delete_ops(self, store: Store) -> None:
@@ -228,12 +229,15 @@ class BatchCases(ConformanceBase):
         )
         assert isinstance(results[0], ConflictError)
         assert results[1] == 1
-        assert store.head("a") == 1 and store.stat("b") is None and store.stat("c") is None
+        assert store.head("a") == 1
+        assert store.stat("b") is None
+        assert store.stat("c") is None
         ok = store.write_batch(
             [GroupOp((AppendOp("a", _prepared(1), expected_head=1), AppendOp("b", _prepared(2))))]
         )
         assert ok == [2]
-        assert store.head("a") == 2 and store.head("b") == 2
+        assert store.head("a") == 2
+        assert store.head("b") == 2
 
     def test_group_op_rejects_nesting_and_empty(self, store: Store) -> None:
         """GroupOps cannot nest or be empty."""
@@ -269,7 +273,8 @@ class BatchCases(ConformanceBase):
         store.append("s", _events(3))
         store.truncate("s", 4)
         fresh = store.refresh_pin(pin)
-        assert fresh.as_of_seq == 4 and fresh.incarnation == pin.incarnation
+        assert fresh.as_of_seq == 4
+        assert fresh.incarnation == pin.incarnation
         assert fresh.epoch > pin.epoch
 
     def test_refresh_pin_detects_cut_below(self, store: Store) -> None:
@@ -319,7 +324,8 @@ class BatchCases(ConformanceBase):
             ]
         )
         new, old = store.stat("new"), store.stat("old")
-        assert new is not None and old is not None
+        assert new is not None
+        assert old is not None
         assert new.header == {"v": 2, "name": "ünï"}
         assert old.header == {"v": 1}
 

@@ -39,7 +39,8 @@ class ForkCases(ConformanceBase):
         store.create("src", {"title": "t"})
         store.append("src", [NewEvent("k", i, run_id="r") for i in range(10)])
         info = store.fork("src", "kid", at_seq=6)
-        assert info.parent == ("src", 6) and info.head == 6
+        assert info.parent == ("src", 6)
+        assert info.head == 6
         assert info.header == {"title": "t", "forked_from": "src", "fork_seq": 6}
         assert store.stat("kid") == info
         assert store.read("kid") == [
@@ -80,7 +81,8 @@ class ForkCases(ConformanceBase):
             assert info.value.session_id == "taken"
         assert store.read("taken") == before
         stat = store.stat("taken")
-        assert stat is not None and stat.parent is None
+        assert stat is not None
+        assert stat.parent is None
 
     @pytest.mark.parametrize("at_seq", [-1, 2**63, "2", 1.5], ids=["negative", "big", "str", "f"])
     def test_fork_unknown_source_is_reported_before_at_seq(self, store: Store, at_seq: Any) -> None:
@@ -124,10 +126,12 @@ class ForkCases(ConformanceBase):
         assert [e.data for e in expect_c] == [e.data for e in store.read("b")][:10]
         store.truncate("a", 3)
         store.truncate("b", 6)
-        assert store.read("c") == expect_c and store.read("d") == expect_d
+        assert store.read("c") == expect_c
+        assert store.read("d") == expect_d
         store.delete("b")
         store.delete("a")
-        assert store.read("c") == expect_c and store.read("d") == expect_d
+        assert store.read("c") == expect_c
+        assert store.read("d") == expect_d
         assert store.find_run("c", "x") is None
 
     def test_fork_keeps_pins_of_the_child_valid(self, store: Store) -> None:

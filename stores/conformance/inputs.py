@@ -217,7 +217,8 @@ class InputCases(ConformanceBase):
             assert all(e.data == {"id": session_id} for e in events)
             assert all(e.session_id == session_id for e in events)
             stat = store.stat(session_id)
-            assert stat is not None and stat.id == session_id
+            assert stat is not None
+            assert stat.id == session_id
         assert sorted(i.id for i in store.list_sessions()) == sorted(_WEIRD_IDS)
         assert store.delete("'; DROP TABLE events; --") is True
         assert len(store.list_sessions()) == len(_WEIRD_IDS) - 1

@@ -97,7 +97,8 @@ class LeaseAndPinCases(ConformanceBase):
         assert store.head("s") == 1
 
     def test_delete_drops_lease(self, store: Store) -> None:
-        """Deleting a session drops its lease: another owner can then acquire it."""
+        """Deleting a session drops its lease: another owner can then acquire it (the last
+        call raises SessionOwnedError if the lease survived)."""
         store.append("s", _events(1))
         store.acquire_lease("s", "A", ttl=10.0, holder="A@host")
         store.delete("s")
@@ -128,7 +129,8 @@ class LeaseAndPinCases(ConformanceBase):
         assert (pin.session_id, pin.as_of_seq) == ("s", 3)
         store.create("empty")
         empty = store.pin("empty")
-        assert empty is not None and empty.as_of_seq == 0
+        assert empty is not None
+        assert empty.as_of_seq == 0
         assert store.read("empty", pin=empty) == []
 
     def test_pinned_read_clamped_while_appending(self, store: Store) -> None:
@@ -192,7 +194,8 @@ class LeaseAndPinCases(ConformanceBase):
         with pytest.raises(SnapshotExpiredError):
             store.read("s", pin=pin)
         fresh = store.pin("s")
-        assert fresh is not None and fresh.as_of_seq == 3
+        assert fresh is not None
+        assert fresh.as_of_seq == 3
         assert len(store.read("s", pin=fresh)) == 3
 
     def test_pin_through_clone(self, store: Store) -> None:

@@ -211,7 +211,8 @@ class LogCases(ConformanceBase):
         assert store.append("s", []) == 2
         assert _seqs(store.read("s")) == [1, 2]
         stat = store.stat("s")
-        assert stat is not None and info is not None
+        assert stat is not None
+        assert info is not None
         assert stat.head == 2
 
     def test_empty_batch_on_unknown_creates_nothing(self, store: Store) -> None:
@@ -241,7 +242,8 @@ class LogCases(ConformanceBase):
         info = store.create("s")
         assert info.header == {}
         stat = store.stat("s")
-        assert stat is not None and stat.header == {}
+        assert stat is not None
+        assert stat.header == {}
 
     def test_create_existing_raises(self, store: Store) -> None:
         """create on an existing id raises SessionExistsError and changes nothing."""
@@ -250,7 +252,8 @@ class LogCases(ConformanceBase):
             store.create("s", {"v": 2})
         assert excinfo.value.session_id == "s"
         stat = store.stat("s")
-        assert stat is not None and stat.header == {"v": 1}
+        assert stat is not None
+        assert stat.header == {"v": 1}
 
     def test_create_after_append_raises(self, store: Store) -> None:
         """A session made by append exists: create raises SessionExistsError."""
@@ -391,7 +394,8 @@ class LogCases(ConformanceBase):
         assert _seqs(store.read("s")) == [1, 2]
         assert store.head("s") == 2
         stat = store.stat("s")
-        assert stat is not None and stat.head == 2
+        assert stat is not None
+        assert stat.head == 2
 
     def test_truncate_then_append_reuses_seqs(self, store: Store) -> None:
         """After truncate, new appends reuse the removed seqs with the new data."""

@@ -7,6 +7,7 @@ from collections.abc import AsyncIterator
 
 import pytest
 import trio
+import trio.testing
 
 from actors.lane import StoreLane
 from stores import ClosedError, MemoryStore
@@ -56,17 +57,19 @@ async def test_errors_reach_the_caller(lane: StoreLane) -> None:
 
 async def test_cancelled_queued_call_never_runs(lane: StoreLane) -> None:
     """A call cancelled while queued behind another never runs; the lane serves on."""
+    started = threading.Event()
     release = threading.Event()
     ran: list[str] = []
 
     def first() -> None:
+        started.set()
         release.wait(10)
         ran.append("first")
 
     with trio.fail_after(10):
         async with trio.open_nursery() as nursery:
             nursery.start_soon(lane.run, first)
-            await trio.sleep(0.05)  # first is running in the thread
+            assert await trio.to_thread.run_sync(started.wait, 10)  # running in the thread
             with trio.CancelScope() as queued:
                 queued.cancel()
                 await lane.run(ran.append, "second")
@@ -100,7 +103,7 @@ async def test_started_call_is_never_abandoned(lane: StoreLane) -> None:
             nursery.start_soon(caller, scope)
             await trio.to_thread.run_sync(started.wait)
             scope.cancel()
-            await trio.sleep(0.05)
+            await trio.testing.wait_all_tasks_blocked()  # the caller had every chance to run
             assert got == []  # still waiting for the call
             release.set()
     assert got == [42]
@@ -111,7 +114,8 @@ async def test_stop_ends_the_thread_after_queued_calls(lane: StoreLane) -> None:
     """stop() lets queued calls finish, ends the thread, and later calls are refused."""
     ident = await lane.run(threading.get_ident)
     thread = next(t for t in threading.enumerate() if t.ident == ident)
-    assert thread.daemon and thread.name == "tidelog test lane"
+    assert thread.daemon
+    assert thread.name == "tidelog test lane"
     lane.stop()
     lane.stop()  # idempotent
     await trio.to_thread.run_sync(thread.join, 10)

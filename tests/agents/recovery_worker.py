@@ -23,7 +23,9 @@ from runtime.agents import (
     ModelRequest,
     ModelResponse,
     RequestedCall,
+    RunCompleted,
     RunContext,
+    RunFailed,
     RunHooks,
     Runner,
     RunResult,
@@ -97,25 +99,28 @@ async def host(db: str, workdir: Path, mode: str, crash_at: str) -> None:
             return respond(request)
 
     class Hooks(RunHooks):
-        async def on_model_turn(self, ctx: RunContext, entries: tuple[Entry, ...]) -> None:
+        # RunHooks' signatures; these hooks only crash the process at their barrier.
+        async def on_model_turn(self, ctx: RunContext, entries: tuple[Entry, ...]) -> None:  # noqa: ARG002
             if crash_at == "after_model_turn":
                 die()
 
-        async def on_tool_result(self, ctx: RunContext, result: ToolResult) -> None:
+        async def on_tool_result(self, ctx: RunContext, result: ToolResult) -> None:  # noqa: ARG002
             if crash_at == "after_tool_result":
                 die()
 
     agent = Agent("worker", "do the job", tools=(note, charge), model=Model())
     how: dict[str, str] = {}
     result: RunResult | None = None
-    # Checkpoints in a second database: completion then follows lovia's order
-    # (checkpoint, then history), which has the crash window this test exercises.
+    # Checkpoints in a second database: completion then follows the order of lovia (the
+    # Python agent framework whose Session/Checkpoint/Runner design the agent layer
+    # follows): checkpoint, then history, which has the crash window this test exercises.
     async with open_runtime(db) as rt, open_runtime(db + ".runs") as runs:
         conversations = history(rt)
         if crash_at == "between_completion_and_history":
 
             class DyingHistory(RuntimeHistory):
-                async def append(self, *args: object, **kwargs: object) -> str:
+                # Dies before it looks at its arguments.
+                async def append(self, *args: object, **kwargs: object) -> str:  # noqa: ARG002
                     die()
                     raise AssertionError  # pragma: no cover
 
@@ -137,10 +142,10 @@ async def host(db: str, workdir: Path, mode: str, crash_at: str) -> None:
             async for event in events:
                 if isinstance(event, ToolFinished):
                     how[event.result.call_id] = event.how
-                if hasattr(event, "result") and isinstance(event.result, RunResult):
+                if isinstance(event, RunCompleted):
                     result = event.result
-                if type(event).__name__ == "RunFailed":
-                    raise event.error  # type: ignore[attr-defined]
+                if isinstance(event, RunFailed):
+                    raise event.error
     assert result is not None
     print(
         json.dumps(

@@ -1,15 +1,19 @@
 """Run checkpoints: one suite for MemoryCheckpointer and RuntimeCheckpointer, the
-if_run_exists policies, and run completion (atomic on one runtime, lovia's order else)."""
+if_run_exists policies, and run completion: atomic on one runtime, otherwise in the order
+of lovia (the Python agent framework whose Session/Checkpoint/Runner design the agent
+layer follows): checkpoint first, then history."""
 
 from __future__ import annotations
 
 import pathlib
 from collections.abc import AsyncIterator
+from typing import Literal
 
 import pytest
 import trio
 
 from runtime import (
+    JSON,
     CommitPendingError,
     InvalidArgumentError,
     MemoryStore,
@@ -19,12 +23,14 @@ from runtime.agents import (
     AssistantMessage,
     Checkpointer,
     CheckpointOptions,
+    Entry,
     MemoryCheckpointer,
     MemoryHistory,
     RunExistsError,
     RunHead,
     RunNotFoundError,
     RunSnapshot,
+    RunStatus,
     ToolCall,
     ToolResult,
     UserMessage,
@@ -34,7 +40,7 @@ from runtime.agents import (
     history,
 )
 
-ENTRIES = [UserMessage("hi"), ToolCall("c1", "t", {"a": 1}), ToolResult("c1", "ok")]
+ENTRIES: list[Entry] = [UserMessage("hi"), ToolCall("c1", "t", {"a": 1}), ToolResult("c1", "ok")]
 
 
 @pytest.fixture(params=["memory", "runtime-memory", "runtime-sqlite"])
@@ -44,12 +50,27 @@ async def cp(request: pytest.FixtureRequest, tmp_path: pathlib.Path) -> AsyncIte
         yield MemoryCheckpointer()
         return
     target = MemoryStore() if request.param == "runtime-memory" else tmp_path / "c.db"
-    async with open_runtime(target) as rt:  # type: ignore[arg-type]
+    async with open_runtime(target) as rt:
         yield checkpoints(rt)
 
 
-def head(status: str = "running", **fields: object) -> RunHead:
-    return RunHead("agent", status=status, **fields)  # type: ignore[arg-type]
+def head(
+    status: RunStatus = "running",
+    *,
+    turns: int = 0,
+    usage: dict[str, JSON] | None = None,
+    output: JSON = None,
+    updated_at: float = 0.0,
+) -> RunHead:
+    """A head of agent ``agent`` with the given fields (the rest at their defaults)."""
+    return RunHead(
+        "agent",
+        usage=usage or {},
+        turns=turns,
+        status=status,
+        output=output,
+        updated_at=updated_at,
+    )
 
 
 async def test_append_accumulates_entries_and_replaces_head(cp: Checkpointer) -> None:
@@ -57,9 +78,11 @@ async def test_append_accumulates_entries_and_replaces_head(cp: Checkpointer) ->
     await cp.append("r", ENTRIES[:1], head(turns=1))
     await cp.append("r", ENTRIES[1:], head(turns=2, usage={"input_tokens": 5}))
     snap = await cp.load("r")
-    assert snap is not None and snap.run_id == "r"
+    assert snap is not None
+    assert snap.run_id == "r"
     assert list(snap.entries) == ENTRIES
-    assert snap.head.turns == 2 and snap.head.usage == {"input_tokens": 5}
+    assert snap.head.turns == 2
+    assert snap.head.usage == {"input_tokens": 5}
     assert await cp.load("other") is None
 
 
@@ -84,9 +107,9 @@ async def test_bad_input_refused(cp: Checkpointer) -> None:
     with pytest.raises(InvalidArgumentError):
         await cp.append("", [], head())
     with pytest.raises(InvalidArgumentError):
-        await cp.append("r", ["x"], head())  # type: ignore[list-item]
+        await cp.append("r", ["x"], head())  # type: ignore[list-item]  # bad input under test
     with pytest.raises(InvalidArgumentError):
-        await cp.append("r", [], {"agent": "a"})  # type: ignore[arg-type]
+        await cp.append("r", [], {"agent": "a"})  # type: ignore[arg-type]  # bad input under test
     assert await cp.load("r") is None
 
 
@@ -104,14 +127,17 @@ async def test_head_fields_round_trip(cp: Checkpointer) -> None:
     )
     await cp.append("r", [AssistantMessage("x", agent="writer")], full)
     snap = await cp.load("r")
-    assert snap is not None and snap.head == full
+    assert snap is not None
+    assert snap.head == full
 
 
 def test_old_snapshot_loads_with_defaults() -> None:
     """A head stored without newer optional fields loads with the documented defaults."""
     loaded = RunHead.from_json({"agent": "a", "status": "interrupted", "future_field": 1})
     assert loaded == RunHead("a", status="interrupted")
-    assert loaded.usage == {} and loaded.turns == 0 and loaded.error is None
+    assert loaded.usage == {}
+    assert loaded.turns == 0
+    assert loaded.error is None
 
 
 def test_snapshot_json_round_trip() -> None:
@@ -125,7 +151,7 @@ def test_run_head_validation() -> None:
     with pytest.raises(InvalidArgumentError):
         RunHead("")
     with pytest.raises(InvalidArgumentError):
-        RunHead("a", status="done")  # type: ignore[arg-type]
+        RunHead("a", status="done")  # type: ignore[arg-type]  # bad input under test
     with pytest.raises(InvalidArgumentError):
         RunHead("a", turns=-1)
     with pytest.raises(InvalidArgumentError):
@@ -140,11 +166,11 @@ def test_checkpoint_options_validation() -> None:
     with pytest.raises(InvalidArgumentError):
         CheckpointOptions(cp, "")
     with pytest.raises(InvalidArgumentError):
-        CheckpointOptions(cp, "r", if_run_exists="overwrite")  # type: ignore[arg-type]
+        CheckpointOptions(cp, "r", if_run_exists="overwrite")  # type: ignore[arg-type]  # bad input under test
     with pytest.raises(InvalidArgumentError):
-        CheckpointOptions(object(), "r")  # type: ignore[arg-type]
+        CheckpointOptions(object(), "r")  # type: ignore[arg-type]  # bad input under test
     with pytest.raises(InvalidArgumentError):
-        CheckpointOptions(cp, "r", delete_on_success=1)  # type: ignore[arg-type]
+        CheckpointOptions(cp, "r", delete_on_success=1)  # type: ignore[arg-type]  # bad input under test
     other = RunSnapshot("other", (), head())
     with pytest.raises(InvalidArgumentError):
         CheckpointOptions(cp, "r", resume_from=other)
@@ -152,13 +178,15 @@ def test_checkpoint_options_validation() -> None:
 
 
 @pytest.mark.parametrize("status", ["running", "completed"])
-async def test_policies_with_a_stored_run(status: str) -> None:
+async def test_policies_with_a_stored_run(status: RunStatus) -> None:
     """resume/resume_only return the stored run; restart deletes it; fail raises."""
     cp = MemoryCheckpointer()
     await cp.append("r", ENTRIES, head(status))
-    for policy in ("resume", "resume_only"):
-        snap = await begin_run(CheckpointOptions(cp, "r", if_run_exists=policy))  # type: ignore[arg-type]
-        assert snap is not None and snap.head.status == status
+    resuming: tuple[Literal["resume", "resume_only"], ...] = ("resume", "resume_only")
+    for policy in resuming:
+        snap = await begin_run(CheckpointOptions(cp, "r", if_run_exists=policy))
+        assert snap is not None
+        assert snap.head.status == status
     with pytest.raises(RunExistsError) as info:
         await begin_run(CheckpointOptions(cp, "r", if_run_exists="fail"))
     assert info.value.status == status
@@ -169,8 +197,9 @@ async def test_policies_with_a_stored_run(status: str) -> None:
 async def test_policies_without_a_stored_run() -> None:
     """Nothing stored: resume/restart/fail start fresh; resume_only raises."""
     cp = MemoryCheckpointer()
-    for policy in ("resume", "restart", "fail"):
-        assert await begin_run(CheckpointOptions(cp, "r", if_run_exists=policy)) is None  # type: ignore[arg-type]
+    fresh: tuple[Literal["resume", "restart", "fail"], ...] = ("resume", "restart", "fail")
+    for policy in fresh:
+        assert await begin_run(CheckpointOptions(cp, "r", if_run_exists=policy)) is None
     with pytest.raises(RunNotFoundError):
         await begin_run(CheckpointOptions(cp, "r", if_run_exists="resume_only"))
 
@@ -202,7 +231,8 @@ async def test_completion_is_atomic_on_one_runtime(tmp_path: pathlib.Path) -> No
             meta={"m": 1},
         )
         snap = await checkpoints(rt).load("r")
-        assert snap is not None and snap.head.status == "completed"
+        assert snap is not None
+        assert snap.head.status == "completed"
         assert await history(rt).load("s") == ENTRIES
         await complete_run(
             checkpoints(rt),
@@ -217,7 +247,7 @@ async def test_completion_is_atomic_on_one_runtime(tmp_path: pathlib.Path) -> No
 
 
 async def test_atomic_completion_failure_leaves_neither(
-    autojump_clock: trio.testing.MockClock,
+    autojump_clock: trio.testing.MockClock,  # noqa: ARG001 (pytest-trio runs the test on it)
 ) -> None:
     """If the shared commit fails, neither the completion nor the segment is visible (the
     group was accepted: CommitPendingError); once the store recovers both land together."""
@@ -244,7 +274,8 @@ async def test_atomic_completion_failure_leaves_neither(
         assert (snap.head.status == "completed") == (store.head("s") == len(ENTRIES) + 1)
         await rt.flush()
         snap = await checkpoints(rt).load("r")
-        assert snap is not None and snap.head.status == "completed"
+        assert snap is not None
+        assert snap.head.status == "completed"
         assert await history(rt).load("s") == ENTRIES
 
 

@@ -67,11 +67,13 @@ async def test_completed_run_stays_completed_when_its_history_step_fails(
             with pytest.raises(SessionOwnedError):
                 await Runner.run(agent, "q", runtime=rt, session_id="chat", checkpoint=options)
         snap = await checkpoints(runs).load("r1")
-        assert snap is not None and snap.head.status == "completed"
+        assert snap is not None
+        assert snap.head.status == "completed"
         assert snap.head.output == "the answer"
         assert await history(rt).load("chat") == []
         result = await Runner.run(agent, "q", runtime=rt, session_id="chat", checkpoint=options)
-        assert result.output == "the answer" and result.finish_reason is None  # a replay
+        assert result.output == "the answer"
+        assert result.finish_reason is None
         assert len(model.requests) == 1
         [segment] = await history(rt).segments("chat")
         assert segment.run_id == "r1"
@@ -87,7 +89,8 @@ async def test_replay_honours_delete_on_success(rt: Runtime) -> None:
     assert await cp.load("r") is not None
     options = CheckpointOptions(cp, "r", delete_on_success=True)
     result = await Runner.run(agent, "q", runtime=rt, session_id="c", checkpoint=options)
-    assert result.finish_reason is None and len(model.requests) == 1
+    assert result.finish_reason is None
+    assert len(model.requests) == 1
     assert await cp.load("r") is None
 
 
@@ -99,14 +102,11 @@ async def test_a_live_run_is_claimed_before_any_model_call(tmp_path: Path) -> No
     release = trio.Event()
     started = trio.Event()
 
-    async def slow(request: ModelRequest) -> ModelResponse:
-        started.set()
-        await release.wait()
-        return answer("from the first host")
-
     class Slow:
-        async def respond(self, request: ModelRequest) -> ModelResponse:
-            return await slow(request)
+        async def respond(self, request: ModelRequest) -> ModelResponse:  # noqa: ARG002
+            started.set()
+            await release.wait()
+            return answer("from the first host")
 
     second = ScriptedModel([answer("from the second host")])
     async with open_runtime(path) as host1, open_runtime(path) as host2:
@@ -132,7 +132,8 @@ async def test_a_live_run_is_claimed_before_any_model_call(tmp_path: Path) -> No
             nursery.start_soon(finish_soon)
             waited = CheckpointOptions(checkpoints(host2), "r", wait_for_owner=True)
             result = await Runner.run(other, "q", runtime=host2, checkpoint=waited)
-        assert result.output == "from the first host" and result.finish_reason is None
+        assert result.output == "from the first host"
+        assert result.finish_reason is None
         assert second.requests == []
 
 
@@ -143,7 +144,7 @@ class CancelAfterSteps(trio.abc.Instrument):
         self.steps = steps
         self.scope = scope
 
-    def after_task_step(self, task: trio.lowlevel.Task) -> None:
+    def after_task_step(self, task: trio.lowlevel.Task) -> None:  # noqa: ARG002 (counts steps)
         self.steps -= 1
         if self.steps == 0:
             self.scope.cancel()
@@ -200,7 +201,8 @@ async def test_interrupted_before_dispatch_is_run_on_resume() -> None:
                 assert not unknown, f"step {step}: never dispatched, yet reported unknown"
                 assert charged == ["charge 5"]
         assert step < 500
-    assert interrupted_before >= 1 and interrupted_after >= 1
+    assert interrupted_before >= 1
+    assert interrupted_after >= 1
 
 
 def _charging_tool(charged: list[str]) -> FunctionTool:
@@ -241,7 +243,8 @@ async def test_rewinding_a_fork_keeps_the_parents_runs(rt: Runtime) -> None:
     await fork_conversation(rt, "chat", "alt")
     assert await history(rt).rewind("alt", 1) > 0
     snap = await checkpoints(rt).load("r1")
-    assert snap is not None and snap.head.status == "completed"
+    assert snap is not None
+    assert snap.head.status == "completed"
     replay = await Runner.run(
         agent(), "mail ada", runtime=rt, session_id="chat", checkpoint=options
     )
@@ -273,7 +276,7 @@ async def _run_until_done(store: OneFailure) -> tuple[list[object], list[str], i
     @function_tool
     async def pay(amount: int) -> str:
         """Pay (not idempotent)."""
-        executions.append("pay")
+        executions.append(f"pay {amount}")
         return "paid"
 
     @function_tool(idempotent=True)
@@ -312,14 +315,17 @@ async def _run_until_done(store: OneFailure) -> tuple[list[object], list[str], i
     async with open_runtime(store) as rt:
         snap = await checkpoints(rt).load("r")
         kinds = [type(e).__name__ for e in await history(rt).load("chat")]
-    assert snap is not None and snap.head.status == "completed", snap
+    assert snap is not None
+    assert snap.head.status == "completed", snap
     return list(snap.entries), kinds, len(executions)
 
 
 @pytest.mark.parametrize("ambiguous", [False, True], ids=["before", "after-commit"])
 @pytest.mark.parametrize("where", ["first", "middle", "last"])
 async def test_run_loop_saves_land_once_through_store_failures(
-    autojump_clock: trio.testing.MockClock, where: str, ambiguous: bool
+    autojump_clock: trio.testing.MockClock,  # noqa: ARG001 (pytest-trio runs the test on it)
+    where: str,
+    ambiguous: bool,
 ) -> None:
     """A store failure at the first, a middle or the last batch of a run (checkpoint
     saves, barriers, the completion): re-issuing the run until it completes leaves every

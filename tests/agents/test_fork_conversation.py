@@ -4,6 +4,7 @@ run with unanswered tool calls."""
 from __future__ import annotations
 
 import pytest
+from helpers import stat_head
 
 from runtime import NewEvent, Runtime
 from runtime.agents import (
@@ -57,4 +58,6 @@ async def test_fork_refusal_looks_only_at_the_open_run(rt: Runtime) -> None:
     fork point is checked."""
     await history(rt).append("p", [ToolCall("x", "t", {}), ToolResult("x", "ok")], run_id="r1")
     await history(rt).append("p", [UserMessage("next")], run_id="r2")
-    await fork_conversation(rt, "p", "c")
+    info = await fork_conversation(rt, "p", "c")
+    assert info.parent == ("p", await stat_head(rt, "p"))
+    assert await history(rt).load("c") == await history(rt).load("p")

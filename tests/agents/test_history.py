@@ -10,6 +10,7 @@ import pytest
 import trio
 
 from runtime import (
+    JSON,
     InvalidArgumentError,
     MemoryStore,
     Runtime,
@@ -31,18 +32,19 @@ from runtime.agents import (
     history,
 )
 
+#: A history, its checkpointer and its runtime (None for the in-memory history).
+Setup = tuple[MemoryHistory | RuntimeHistory, Checkpointer, Runtime | None]
+
 
 @pytest.fixture(params=["memory", "runtime-memory", "runtime-sqlite"])
-async def setup(
-    request: pytest.FixtureRequest, tmp_path: pathlib.Path
-) -> AsyncIterator[tuple[MemoryHistory | RuntimeHistory, Checkpointer, Runtime | None]]:
+async def setup(request: pytest.FixtureRequest, tmp_path: pathlib.Path) -> AsyncIterator[Setup]:
     """A history with its checkpointer (and runtime, if any), per implementation."""
     if request.param == "memory":
         cp = MemoryCheckpointer()
         yield MemoryHistory(checkpointer=cp), cp, None
         return
     target = MemoryStore() if request.param == "runtime-memory" else tmp_path / "h.db"
-    async with open_runtime(target) as rt:  # type: ignore[arg-type]
+    async with open_runtime(target) as rt:
         yield history(rt), checkpoints(rt), rt
 
 
@@ -56,7 +58,7 @@ def run(n: int, *, big: int = 0) -> list[UserMessage | AssistantMessage | ToolCa
     ]
 
 
-async def test_append_then_segments_and_load(setup: tuple) -> None:  # type: ignore[type-arg]
+async def test_append_then_segments_and_load(setup: Setup) -> None:
     """Appended runs come back as segments in order, and flat through load()."""
     history = setup[0]
     assert await history.append("s", run(1), run_id="r1", meta={"k": 1}) == "r1"
@@ -68,17 +70,18 @@ async def test_append_then_segments_and_load(setup: tuple) -> None:  # type: ign
     assert await history.load("empty") == []
 
 
-async def test_append_is_idempotent_per_run_id(setup: tuple) -> None:  # type: ignore[type-arg]
+async def test_append_is_idempotent_per_run_id(setup: Setup) -> None:
     """A second append with a stored run_id is a no-op returning the id; first write wins."""
     history = setup[0]
     await history.append("s", run(1), run_id="r1", meta={"v": 1})
     assert await history.append("s", run(2), run_id="r1", meta={"v": 2}) == "r1"
     segments = await history.segments("s")
-    assert len(segments) == 1 and segments[0].meta == {"v": 1}
+    assert len(segments) == 1
+    assert segments[0].meta == {"v": 1}
     assert list(segments[0].entries) == run(1)
 
 
-async def test_same_run_id_in_two_sessions(setup: tuple) -> None:  # type: ignore[type-arg]
+async def test_same_run_id_in_two_sessions(setup: Setup) -> None:
     """The same run_id in two sessions stores both."""
     history = setup[0]
     await history.append("a", run(1), run_id="r")
@@ -87,30 +90,33 @@ async def test_same_run_id_in_two_sessions(setup: tuple) -> None:  # type: ignor
     assert await history.load("b") == run(2)
 
 
-async def test_generated_run_ids_are_unique(setup: tuple) -> None:  # type: ignore[type-arg]
+async def test_generated_run_ids_are_unique(setup: Setup) -> None:
     """Without a run_id a fresh one is generated per append."""
     history = setup[0]
     a = await history.append("s", run(1))
     b = await history.append("s", run(1))
-    assert a != b and len(await history.segments("s")) == 2
+    assert a != b
+    assert len(await history.segments("s")) == 2
 
 
-async def test_no_aliasing(setup: tuple) -> None:  # type: ignore[type-arg]
+async def test_no_aliasing(setup: Setup) -> None:
     """Mutating the caller's lists/dicts after append (or the loaded ones) changes nothing."""
     history = setup[0]
     entries = run(1)
-    meta = {"nested": {"x": 1}}
+    nested: dict[str, JSON] = {"x": 1}
+    meta: dict[str, JSON] = {"nested": nested}
     await history.append("s", entries, run_id="r", meta=meta)
     entries.append(UserMessage("late"))
-    meta["nested"]["x"] = 2  # type: ignore[index]
+    nested["x"] = 2
     segment = (await history.segments("s"))[0]
-    assert len(segment.entries) == 4 and segment.meta == {"nested": {"x": 1}}
+    assert len(segment.entries) == 4
+    assert segment.meta == {"nested": {"x": 1}}
     assert segment.meta is not None
     segment.meta["nested"] = "changed"
     assert (await history.segments("s"))[0].meta == {"nested": {"x": 1}}
 
 
-async def test_concurrent_appends_of_one_run_store_it_once(setup: tuple) -> None:  # type: ignore[type-arg]
+async def test_concurrent_appends_of_one_run_store_it_once(setup: Setup) -> None:
     """Concurrent appends of the same run_id from several tasks store it once."""
     history = setup[0]
     async with trio.open_nursery() as nursery:
@@ -119,27 +125,27 @@ async def test_concurrent_appends_of_one_run_store_it_once(setup: tuple) -> None
     assert len(await history.segments("s")) == 1
 
 
-async def test_bad_input_refused_and_nothing_changed(setup: tuple) -> None:  # type: ignore[type-arg]
+async def test_bad_input_refused_and_nothing_changed(setup: Setup) -> None:
     """Wrong types, empty run ids and reserved kinds raise, and nothing is stored."""
     history = setup[0]
     with pytest.raises(InvalidArgumentError):
-        await history.append("s", ["not an entry"])  # type: ignore[list-item]
+        await history.append("s", ["not an entry"])  # type: ignore[list-item]  # bad input under test
     with pytest.raises(InvalidArgumentError):
         await history.append("s", run(1), run_id="")
     with pytest.raises(InvalidArgumentError):
-        await history.append("s", run(1), meta=["x"])  # type: ignore[arg-type]
+        await history.append("s", run(1), meta=["x"])  # type: ignore[arg-type]  # bad input under test
     with pytest.raises(InvalidArgumentError):
         await history.append("s", [SidecarEntry("tidelog.segment", {})])
-    with pytest.raises(ValueError):
+    with pytest.raises(InvalidArgumentError, match="keep_entries"):
         await history.rewind("s", -1)
-    with pytest.raises(ValueError):
+    with pytest.raises(InvalidArgumentError, match="keep_chars"):
         await history.trim_tool_results("s", keep_chars=-1)
-    with pytest.raises(ValueError):
+    with pytest.raises(InvalidArgumentError, match="keep_runs"):
         await history.trim_tool_results("s", keep_runs=-2)
     assert await history.segments("s") == []
 
 
-async def test_clear(setup: tuple) -> None:  # type: ignore[type-arg]
+async def test_clear(setup: Setup) -> None:
     """clear() removes every segment; later appends start afresh."""
     history = setup[0]
     await history.append("s", run(1), run_id="r1")
@@ -150,7 +156,7 @@ async def test_clear(setup: tuple) -> None:  # type: ignore[type-arg]
     assert await history.load("s") == run(2)
 
 
-async def test_trim_tool_results(setup: tuple) -> None:  # type: ignore[type-arg]
+async def test_trim_tool_results(setup: Setup) -> None:
     """Old tool outputs keep a prefix plus an honest marker; the last runs are untouched;
     a second trim does nothing; the full output is recallable."""
     history = setup[0]
@@ -171,7 +177,7 @@ async def test_trim_tool_results(setup: tuple) -> None:  # type: ignore[type-arg
     assert await history.recall_tool_result("s", "c3") is None
 
 
-async def test_trim_leaves_results_that_would_not_shrink(setup: tuple) -> None:  # type: ignore[type-arg]
+async def test_trim_leaves_results_that_would_not_shrink(setup: Setup) -> None:
     """A result barely longer than keep_chars is left alone (the marker costs more)."""
     history = setup[0]
     await history.append("s", run(1, big=120), run_id="r1")
@@ -180,7 +186,7 @@ async def test_trim_leaves_results_that_would_not_shrink(setup: tuple) -> None: 
     assert await history.load("s") == run(1, big=120) + run(2)
 
 
-async def test_rewind_cuts_inside_a_run(setup: tuple) -> None:  # type: ignore[type-arg]
+async def test_rewind_cuts_inside_a_run(setup: Setup) -> None:
     """Rewind into a run truncates it, drops its dangling tool call, clears its meta, and
     deletes later runs whole (and the rewound runs' checkpoints)."""
     history, cp, _ = setup
@@ -193,13 +199,15 @@ async def test_rewind_cuts_inside_a_run(setup: tuple) -> None:  # type: ignore[t
     assert removed == 7
     segments = await history.segments("s")
     assert [s.run_id for s in segments] == ["r1", "r2"]
-    assert segments[0].meta == {"m": 1} and segments[1].meta is None
+    assert segments[0].meta == {"m": 1}
+    assert segments[1].meta is None
     assert list(segments[1].entries) == [UserMessage("question 2")]
     assert await cp.load("r1") is not None
-    assert await cp.load("r2") is None and await cp.load("r3") is None
+    assert await cp.load("r2") is None
+    assert await cp.load("r3") is None
 
 
-async def test_rewind_edges(setup: tuple) -> None:  # type: ignore[type-arg]
+async def test_rewind_edges(setup: Setup) -> None:
     """Rewind at or past the end is a no-op returning 0; 0 empties; at a boundary drops
     later runs whole."""
     history = setup[0]

@@ -81,7 +81,8 @@ def test_kill_at_barrier_then_resume_then_replay(tmp_path: pathlib.Path, crash_a
     if crash_at == "inside_charge":
         assert summary["how"]["c2"] == "unknown"
     if crash_at == "inside_note_c1":
-        assert summary["how"]["c1"] == "re-ran" and executions["note c1"] == 2
+        assert summary["how"]["c1"] == "re-ran"
+        assert executions["note c1"] == 2
     # A call the resume did not have to settle (its result was recorded before the
     # crash) never ran again.
     for line, count in before.items():

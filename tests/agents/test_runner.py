@@ -10,6 +10,7 @@ import pytest
 import trio
 
 from runtime import (
+    JSON,
     MemoryStore,
     Runtime,
     SqliteStore,
@@ -21,6 +22,8 @@ from runtime.agents import (
     AgentNotFoundError,
     AssistantMessage,
     CheckpointOptions,
+    Entry,
+    FunctionTool,
     MaxTurnsExceededError,
     ModelRequest,
     ModelResponse,
@@ -85,7 +88,7 @@ class Tools:
 
         self.lookup, self.pay, self.broken = lookup, pay, broken
 
-    def all(self) -> tuple:  # type: ignore[type-arg]
+    def all(self) -> tuple[FunctionTool, ...]:
         return (self.lookup, self.pay, self.broken)
 
 
@@ -94,8 +97,9 @@ async def test_simple_run_appends_history(rt: Runtime) -> None:
     model = ScriptedModel([answer("hello")])
     agent = Agent("a", "be nice", model=model)
     result = await Runner.run(agent, "hi", runtime=rt, session_id="s")
-    assert result.output == "hello" and result.finish_reason == "stop"
-    usage = {"input_tokens": 10, "output_tokens": 5}
+    assert result.output == "hello"
+    assert result.finish_reason == "stop"
+    usage: dict[str, JSON] = {"input_tokens": 10, "output_tokens": 5}
     assert await history(rt).load("s") == [
         UserMessage("hi"),
         AssistantMessage("hello", agent="a", usage=usage),
@@ -129,8 +133,10 @@ async def test_tools_run_and_failures_become_error_results(rt: Runtime) -> None:
     agent = Agent("a", "x", tools=tools.all(), model=model)
     result = await Runner.run(agent, "go", runtime=rt)
     results = {e.call_id: e for e in result.entries if isinstance(e, ToolResult)}
-    assert results["c_lookup"].output == "found" and not results["c_lookup"].is_error
-    assert results["c_broken"].is_error and "ValueError: nope" in results["c_broken"].output
+    assert results["c_lookup"].output == "found"
+    assert not results["c_lookup"].is_error
+    assert results["c_broken"].is_error
+    assert "ValueError: nope" in results["c_broken"].output
     assert tools.ran == ["lookup"]
     assert result.usage == Usage(2, 20, 10)
 
@@ -169,9 +175,11 @@ async def test_handoff_switches_agent(rt: Runtime) -> None:
     )
     cp = CheckpointOptions(checkpoints(rt), "h1")
     result = await Runner.run(triage, "help", runtime=rt, checkpoint=cp)
-    assert result.agent == "specialist" and result.output == "specialised"
+    assert result.agent == "specialist"
+    assert result.output == "specialised"
     snap = await checkpoints(rt).load("h1")
-    assert snap is not None and snap.head.agent == "specialist"
+    assert snap is not None
+    assert snap.head.agent == "specialist"
 
 
 async def test_barriers_flush_before_model_and_tool_bodies(
@@ -186,12 +194,12 @@ async def test_barriers_flush_before_model_and_tool_bodies(
     def look() -> list[str]:
         return [e.kind for e in observer.read(checkpoints(rt).session_id("r1"))]
 
-    def respond_1(request: ModelRequest) -> ModelResponse:
+    def respond_1(_request: ModelRequest) -> ModelResponse:
         fsyncs.append(rt.statistics().writer.fsyncs)
         assert look() == ["user", "tidelog.head"]
         return calls("probe")
 
-    def respond_2(request: ModelRequest) -> ModelResponse:
+    def respond_2(_request: ModelRequest) -> ModelResponse:
         fsyncs.append(rt.statistics().writer.fsyncs)
         assert "tool_result" in look()
         return answer("ok")
@@ -208,13 +216,15 @@ async def test_barriers_flush_before_model_and_tool_bodies(
         )
     finally:
         observer.close()
-    assert fsyncs[0] >= 1 and fsyncs[1] > fsyncs[0]
-    assert "tool_started" in seen_in_tool[0] and "tool_call" in seen_in_tool[0]
+    assert fsyncs[0] >= 1
+    assert fsyncs[1] > fsyncs[0]
+    assert "tool_started" in seen_in_tool[0]
+    assert "tool_call" in seen_in_tool[0]
 
 
 async def _crashed_run(rt: Runtime, run_id: str, started: list[str], pending: list[str]) -> None:
     """Store a checkpoint as a crash would leave it: calls, some with a tool_started mark."""
-    entries: list = [UserMessage("go")]  # type: ignore[type-arg]
+    entries: list[Entry] = [UserMessage("go")]
     for name in pending:
         entries.append(ToolCall(f"c_{name}", name, {}))
     for name in started:
@@ -253,7 +263,8 @@ async def test_resume_settles_pending_calls(rt: Runtime) -> None:
     assert how == {"c_lookup": "re-ran", "c_pay": "unknown", "c_fresh": "ran"}
     assert sorted(tools.ran) == ["lookup", "lookup"]
     results = {e.call_id: e for e in seen[0].messages if isinstance(e, ToolResult)}
-    assert results["c_pay"].is_error and TOOL_OUTCOME_UNKNOWN in results["c_pay"].output
+    assert results["c_pay"].is_error
+    assert TOOL_OUTCOME_UNKNOWN in results["c_pay"].output
     entries = await history(rt).load("s")
     assert UserMessage("ignored input") not in entries
     assert all(
@@ -275,8 +286,11 @@ async def test_replay_of_completed_run(rt: Runtime) -> None:
     ) as stream:
         async for event in stream:
             events.append(event)
-    assert len(events) == 1 and isinstance(events[0], RunCompleted) and events[0].replayed
-    assert events[0].result.output == "forty-two" and events[0].result.finish_reason is None
+    assert len(events) == 1
+    assert isinstance(events[0], RunCompleted)
+    assert events[0].replayed
+    assert events[0].result.output == "forty-two"
+    assert events[0].result.finish_reason is None
     assert silent.requests == []
     assert len(await history(rt).segments("s")) == 1
 
@@ -317,7 +331,8 @@ async def test_unknown_agent_on_resume_and_replay(
         result = await Runner.run(
             agent, "x", runtime=rt, checkpoint=CheckpointOptions(checkpoints(rt), "done")
         )
-    assert result.agent == "entry" and "gone" in caplog.text
+    assert result.agent == "entry"
+    assert "gone" in caplog.text
 
 
 async def test_cancellation_saves_interrupted_and_resumes(rt: Runtime) -> None:
@@ -337,7 +352,8 @@ async def test_cancellation_saves_interrupted_and_resumes(rt: Runtime) -> None:
         await gate.wait()
         nursery.cancel_scope.cancel()
     snap = await checkpoints(rt).load("c")
-    assert snap is not None and snap.head.status == "interrupted"
+    assert snap is not None
+    assert snap.head.status == "interrupted"
 
     @function_tool(name="slow", idempotent=True)
     async def quick() -> str:
@@ -353,7 +369,7 @@ async def test_cancellation_saves_interrupted_and_resumes(rt: Runtime) -> None:
 async def test_model_error_marks_failed(rt: Runtime) -> None:
     """A model error fails the run (status failed, error recorded) and propagates as is."""
 
-    def boom(request: ModelRequest) -> ModelResponse:
+    def boom(_request: ModelRequest) -> ModelResponse:
         raise ConnectionError("model down")
 
     cp = CheckpointOptions(checkpoints(rt), "f")
@@ -362,7 +378,8 @@ async def test_model_error_marks_failed(rt: Runtime) -> None:
             Agent("a", "x", model=ScriptedModel([boom])), "go", runtime=rt, checkpoint=cp
         )
     snap = await checkpoints(rt).load("f")
-    assert snap is not None and snap.head.status == "failed"
+    assert snap is not None
+    assert snap.head.status == "failed"
     assert snap.head.error == {"type": "ConnectionError", "message": "model down"}
 
 
@@ -380,7 +397,9 @@ async def test_max_turns(rt: Runtime) -> None:
             max_turns=2,
         )
     snap = await checkpoints(rt).load("m")
-    assert snap is not None and snap.head.status == "failed" and snap.head.turns == 2
+    assert snap is not None
+    assert snap.head.status == "failed"
+    assert snap.head.turns == 2
 
 
 async def test_delete_on_success(rt: Runtime) -> None:
@@ -409,6 +428,8 @@ async def test_runs_on_memory_store() -> None:
             session_id="s",
             checkpoint=CheckpointOptions(checkpoints(rt), "p"),
         )
-        assert result.output == "paid it" and tools.ran == ["pay"]
+        assert result.output == "paid it"
+        assert tools.ran == ["pay"]
         snap = await checkpoints(rt).load("p")
-        assert snap is not None and snap.head.status == "completed"
+        assert snap is not None
+        assert snap.head.status == "completed"

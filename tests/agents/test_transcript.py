@@ -215,7 +215,7 @@ def test_json_payloads_are_copied_in_and_out() -> None:
 def test_entries_are_frozen() -> None:
     """Entries cannot be reassigned after construction."""
     with pytest.raises(attrs.exceptions.FrozenInstanceError):
-        UserMessage("a").text = "b"  # type: ignore[misc]
+        UserMessage("a").text = "b"  # type: ignore[misc]  # the frozen field under test
 
 
 def test_evolve_revalidates() -> None:
@@ -326,7 +326,7 @@ def test_decoding_rejects_wrong_shapes(kind: str, data: JSON, pattern: str) -> N
 def test_decoding_rejects_bad_kinds() -> None:
     """entry_from_event refuses a non-str or empty kind."""
     with pytest.raises(InvalidArgumentError, match="event kind must be a str"):
-        entry_from_event(None, {})  # type: ignore[arg-type]
+        entry_from_event(None, {})  # type: ignore[arg-type]  # bad input under test
     with pytest.raises(InvalidArgumentError, match="kind must be a non-empty str"):
         entry_from_event("", {})
 
@@ -358,7 +358,7 @@ def test_functions_reject_non_entries() -> None:
     with pytest.raises(InvalidArgumentError, match=r"entries\[1\] must be a transcript entry"):
         pending_tool_calls([call("a"), bogus])
     with pytest.raises(InvalidArgumentError, match="expected a StoredEvent"):
-        entry_from_stored(NewEvent("user", {"text": "t"}))  # type: ignore[arg-type]
+        entry_from_stored(NewEvent("user", {"text": "t"}))  # type: ignore[arg-type]  # bad input under test
 
 
 # --- pending and dangling tool calls ---------------------------------------------------

@@ -4,6 +4,8 @@ exactly what the caller was told was accepted, once, whether it resends or not."
 
 from __future__ import annotations
 
+import functools
+
 import pytest
 import trio
 import trio.testing
@@ -21,12 +23,16 @@ async def _history_scenario(store: OneFailure, *, resend: bool) -> tuple[Caller,
             caller = Caller(rt, resend)
             conv = history(rt)
             for i in range(4):
-                entries = [UserMessage(f"q{i}"), AssistantMessage(f"a{i}")]
                 await caller.call(
-                    lambda i=i, entries=entries: conv.append("c", entries, run_id=f"r{i}"),
-                    lambda i=i: caller.log("c").append(f"q{i}"),
+                    functools.partial(
+                        conv.append,
+                        "c",
+                        [UserMessage(f"q{i}"), AssistantMessage(f"a{i}")],
+                        run_id=f"r{i}",
+                    ),
+                    functools.partial(caller.log("c").append, f"q{i}"),
                 )
-            await caller.call(lambda: conv.rewind("c", 6), lambda: caller.log("c").pop())
+            await caller.call(functools.partial(conv.rewind, "c", 6), caller.log("c").pop)
     except StoreIOError:
         pass  # the final fsync barrier failed: every commit is in the store
     async with open_runtime(store) as rt:
@@ -42,8 +48,10 @@ async def _checkpoint_scenario(store: OneFailure, *, resend: bool) -> tuple[Call
             cp = checkpoints(rt)
             for i in range(5):
                 await caller.call(
-                    lambda i=i: cp.append("r", [UserMessage(f"e{i}")], RunHead("a", turns=i)),
-                    lambda i=i: caller.log("r").append(f"e{i}"),
+                    functools.partial(
+                        cp.append, "r", [UserMessage(f"e{i}")], RunHead("a", turns=i)
+                    ),
+                    functools.partial(caller.log("r").append, f"e{i}"),
                 )
     except StoreIOError:
         pass
@@ -61,7 +69,11 @@ SCENARIOS = {"history": _history_scenario, "checkpoints": _checkpoint_scenario}
 @pytest.mark.parametrize("where", ["first", "middle", "last"])
 @pytest.mark.parametrize("what", list(SCENARIOS))
 async def test_agent_writes_leave_exactly_the_accepted_entries(
-    autojump_clock: trio.testing.MockClock, what: str, where: str, ambiguous: bool, resend: bool
+    autojump_clock: trio.testing.MockClock,  # noqa: ARG001 (pytest-trio runs the test on it)
+    what: str,
+    where: str,
+    ambiguous: bool,
+    resend: bool,
 ) -> None:
     """History appends and rewinds, and checkpoint saves, through a store that fails one
     batch: the stored entries equal what the caller was told was accepted, once each."""

@@ -1,4 +1,4 @@
-"""The child of the damaged-file battery (``tests/test_battery_files.py``).
+"""The child of the damaged-file battery (``test_battery_files.py``).
 
 Usage: ``python battery_files_worker.py PRISTINE WORKDIR MODE SEED TRIALS``
 
@@ -28,7 +28,7 @@ from typing import Any
 
 import trio
 
-from runtime import NewEvent, SessionWriter, SqliteStore, TidelogError, open_runtime
+from runtime import NewEvent, SqliteStore, TidelogError, open_runtime
 
 PAGE = 4096
 
@@ -123,7 +123,6 @@ async def exercise_runtime(path: Path) -> dict[str, Any]:
                         outcomes.add(describe(exc))
                 try:
                     async with rt.open_session("after-damage") as w:
-                        assert isinstance(w, SessionWriter)
                         w.append_nowait([NewEvent("k", {"i": 0})])
                         await w.append([NewEvent("k", {"i": 1})])
                         await w.flush()

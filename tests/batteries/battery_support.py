@@ -1,4 +1,4 @@
-"""Shared by the reliability batteries (``tests/test_battery_*.py``).
+"""Shared by the reliability batteries (``tests/batteries/test_battery_*.py``).
 
 Sizes: every battery runs a fast version in the normal test run and a long one when the
 environment variable ``TIDELOG_SOAK=1`` is set. Tests never skip: they are parametrised
@@ -68,14 +68,14 @@ def python_child(script: str, *args: str) -> list[str]:
 class CancelAfterSteps(trio.abc.Instrument):
     """Cancel ``scope`` after the scheduler ran ``steps`` task steps (of any task: the
     caller's own and the runtime's writer, so every interleaving of "queued", "taken by
-    the writer", "committing" and "committed" is hit). Used by tests/test_cancellation.py
-    and the cancellation battery."""
+    the writer", "committing" and "committed" is hit). Used by the cancellation battery
+    (``test_battery_cancel.py``)."""
 
     def __init__(self, steps: int, scope: trio.CancelScope) -> None:
         self.steps = steps
         self.scope = scope
 
-    def after_task_step(self, task: trio.lowlevel.Task) -> None:
+    def after_task_step(self, task: trio.lowlevel.Task) -> None:  # noqa: ARG002 (counts steps)
         self.steps -= 1
         if self.steps == 0:
             self.scope.cancel()

@@ -1,4 +1,4 @@
-"""The child process of the kill -9 battery (``tests/test_battery_kill.py``).
+"""The child process of the kill -9 battery (``test_battery_kill.py``).
 
 Usage::
 
@@ -40,7 +40,7 @@ from pathlib import Path
 
 import trio
 
-from runtime import NewEvent, SessionWriter, open_runtime
+from runtime import JSON, NewEvent, SessionWriter, open_runtime
 from runtime.agents import (
     Agent,
     CheckpointOptions,
@@ -77,7 +77,6 @@ async def cmd_write(args: argparse.Namespace) -> None:
         for i in range(args.sessions):
             sid = f"s{i}"
             w = await stack.enter_async_context(rt.open_session(sid, mode="write"))
-            assert isinstance(w, SessionWriter)
             writers[sid] = w
         say("R " + " ".join([f"{sid}={await w.head()}" for sid, w in writers.items()]))
         ids = sorted(writers)
@@ -138,7 +137,7 @@ async def cmd_agent(args: argparse.Namespace) -> None:
         await busy()
         return f"charged {amount}"
 
-    script = [
+    script: list[list[tuple[str, dict[str, JSON], str]]] = [
         [("note", {"text": "c1"}, "c1"), ("charge", {"amount": 5}, "c2")],
         [("note", {"text": "c3"}, "c3")],
         [("charge", {"amount": 7}, "c4"), ("note", {"text": "c5"}, "c5")],

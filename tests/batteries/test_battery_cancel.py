@@ -1,13 +1,15 @@
-"""Battery 2: cancellation sweep, beyond ``tests/test_cancellation.py``.
+"""Battery 2: cancellation at every scheduler step.
 
 Each operation is cancelled after 1, 2, 3... scheduler steps (of any task: the caller's
 and the runtime's writer), until it completes uncancelled. After every round the outcome
 must be all or nothing -- exactly the state before, or exactly the state after an
 uncancelled run of the operation -- and the runtime must keep serving (an uncancelled
-operation right after succeeds). Operations: truncate behind queued ``append_nowait``
-events, checkpoint save (``checkpoints(rt).append``), history append (``history(rt).append``,
-then its idempotent retry), history ``rewind`` and ``trim_tool_results``, ``rt.delete`` and
-the runtime-wide ``rt.flush``. Fork does not exist in the runtime yet.
+operation right after succeeds). Operations: ``append``, ``append_nowait`` + ``flush``,
+``truncate`` (of committed events, and behind queued ``append_nowait`` events), fork,
+checkpoint save (``checkpoints(rt).append``), history append (``history(rt).append``, then
+its idempotent retry), history ``rewind`` and ``trim_tool_results``, ``rt.delete`` and the
+runtime-wide ``rt.flush``; plus a few single cases (a cancelled write open, cancelling a
+queued and an in-flight append on a locked database, a scope cancelled before the call).
 
 Both backends (memory, SQLite). The soak version (``TIDELOG_SOAK=1``) repeats every sweep
 with a background task appending to another session, which shifts every interleaving.
@@ -16,18 +18,23 @@ with a background task appending to another session, which shifts every interlea
 from __future__ import annotations
 
 import contextlib
+import pathlib
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 
+import apsw
 import pytest
 import trio
+import trio.testing
 from battery_support import record, run_cancelled_at, size
 from helpers import RuntimeFactory
 
 from runtime import (
+    JSON,
     ClosedError,
     NewEvent,
     Runtime,
     SessionWriter,
+    open_runtime,
 )
 from runtime.agents import (
     AssistantMessage,
@@ -59,7 +66,6 @@ async def background(rt: Runtime, load: int) -> AsyncIterator[None]:
 
         async def noise() -> None:
             async with rt.open_session("noise") as w:
-                assert isinstance(w, SessionWriter)
                 while True:
                     await w.append([NewEvent("noise", None)])
                     running.set()
@@ -87,8 +93,9 @@ async def sweep(round_: Callable[[int], Awaitable[bool]]) -> int:
         assert step < MAX_STEPS, "the operation never completed"
 
 
-async def values(rt: Runtime, session_id: str) -> list[object]:
-    return [e.data for e in [e async for e in rt.iter_events(session_id)]]
+async def values(rt: Runtime, session_id: str) -> list[JSON]:
+    """The data of the session's committed events, in seq order."""
+    return [e.data async for e in rt.iter_events(session_id)]
 
 
 STATS: dict[str, int] = {"rounds": 0}
@@ -106,26 +113,72 @@ def load(request: pytest.FixtureRequest) -> int:
     return int(request.param)
 
 
-# -- truncate behind queued appends ------------------------------------------------------
+# -- append, append_nowait + flush --------------------------------------------------------
 
 
-async def test_cancel_truncate_behind_queued_appends(
-    make_runtime: RuntimeFactory, load: int
+async def _sweep_writes(
+    rt: Runtime, session_id: str, make_op: Callable[[SessionWriter, int], Awaitable[object]]
+) -> int:
+    """Sweep ``make_op(w, n)`` (which writes ``{"n": n}``): a round whose head did not
+    move stored nothing, one whose head moved stored exactly its event."""
+    async with rt.open_session(session_id) as w:
+        expected: list[JSON] = []
+
+        async def round_(step: int) -> bool:
+            before = await w.head()
+            cancelled = await run_cancelled_at(step, lambda: make_op(w, step))
+            await w.flush()
+            if await w.head() != before:
+                expected.append({"n": step})
+            assert await values(rt, session_id) == expected, f"step {step}: not all or nothing"
+            # The runtime keeps serving after every cancellation.
+            assert await w.append([NewEvent("k", {"n": -step})]) == await w.head()
+            expected.append({"n": -step})
+            STATS["rounds"] += 1
+            return cancelled
+
+        return await sweep(round_)
+
+
+async def test_cancel_append_at_every_step(make_runtime: RuntimeFactory, load: int) -> None:
+    """A cancelled await append() is all-or-nothing at every step; the head says which."""
+    async with make_runtime() as rt, background(rt, load):
+        steps = await _sweep_writes(rt, "s", lambda w, n: w.append([NewEvent("k", {"n": n})]))
+        assert steps >= 2
+
+
+async def test_cancel_flush_at_every_step(make_runtime: RuntimeFactory, load: int) -> None:
+    """append_nowait then a cancelled flush(): the accepted events always land."""
+
+    async def op(w: SessionWriter, n: int) -> None:
+        w.append_nowait([NewEvent("k", {"n": n})])
+        await w.flush()
+
+    async with make_runtime() as rt, background(rt, load):
+        await _sweep_writes(rt, "s", op)  # each round checks its own outcome
+
+
+# -- truncate ------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("queued", "cut"), [(0, 2), (2, 1)])
+async def test_cancel_truncate(
+    make_runtime: RuntimeFactory, load: int, queued: int, cut: int
 ) -> None:
-    """A cancelled truncate behind queued nowait events is all or nothing; queued events land."""
+    """A cancelled truncate of ``cut`` committed events (and of ``queued`` nowait events
+    behind them) is all or nothing; queued events land."""
     async with make_runtime() as rt, background(rt, load), rt.open_session("t") as w:
-        assert isinstance(w, SessionWriter)
-        expected: list[object] = []
+        expected: list[JSON] = []
 
         async def round_(step: int) -> bool:
             await w.append([NewEvent("k", {"n": step, "i": i}) for i in range(3)])
             expected.extend({"n": step, "i": i} for i in range(3))
-            queued = [{"n": step, "q": i} for i in range(2)]
-            w.append_nowait([NewEvent("k", q) for q in queued])
+            pending: list[JSON] = [{"n": step, "q": i} for i in range(queued)]
+            w.append_nowait([NewEvent("k", q) for q in pending])
             before = await w.head()
-            to_seq = before - 3  # removes both queued events and one committed one
+            to_seq = before - queued - cut
             cancelled = await run_cancelled_at(step, lambda: w.truncate(to_seq))
-            expected.extend(queued)
+            expected.extend(pending)
             if await w.head() == to_seq:
                 del expected[to_seq:]
             else:
@@ -139,6 +192,33 @@ async def test_cancel_truncate_behind_queued_appends(
             return cancelled
 
         assert await sweep(round_) >= 2
+
+
+# -- fork ----------------------------------------------------------------------------------
+
+
+async def test_cancel_fork_at_every_step(make_runtime: RuntimeFactory, load: int) -> None:
+    """A cancelled fork either created the whole child or nothing; the runtime serves on."""
+    async with make_runtime() as rt, background(rt, load):
+        async with rt.open_session("src") as w:
+            await w.append([NewEvent("k", {"n": i}) for i in range(5)])
+
+        async def round_(step: int) -> bool:
+            child = f"child-{step}"
+            cancelled = await run_cancelled_at(step, lambda: rt.fork("src", child))
+            info = await rt.stat(child)
+            if info is not None:
+                assert info.head == 5
+                assert info.parent == ("src", 5)
+                assert len(await rt.read(child)) == 5
+            else:
+                assert cancelled, f"step {step}: an uncancelled fork created nothing"
+            STATS["rounds"] += 1
+            return cancelled
+
+        assert await sweep(round_) >= 2
+        async with rt.open_session("src") as w:
+            assert await w.append([NewEvent("k", {"n": 99})]) == 6
 
 
 # -- checkpoint save ---------------------------------------------------------------------
@@ -175,7 +255,8 @@ async def test_cancel_checkpoint_save(make_runtime: RuntimeFactory, load: int) -
             more, more_head = _turn(10_000 + step)
             await cp.append("run", more, more_head)
             again = await cp.load("run")
-            assert again is not None and again.entries[-3:] == tuple(more)
+            assert again is not None
+            assert again.entries[-3:] == tuple(more)
             assert again.head == more_head
             STATS["rounds"] += 1
             return cancelled
@@ -201,7 +282,7 @@ async def test_cancel_history_append(make_runtime: RuntimeFactory, load: int) ->
                 AssistantMessage(f"a{step}"),
             ]
             run_id = f"r{step}"
-            meta = {"step": step}
+            meta: dict[str, JSON] = {"step": step}
             cancelled = await run_cancelled_at(
                 step, lambda: conv.append("h", entries, run_id=run_id, meta=meta)
             )
@@ -285,7 +366,6 @@ async def test_cancel_delete(make_runtime: RuntimeFactory, load: int) -> None:
         async def round_(step: int) -> bool:
             session_id = f"d{step}"
             async with rt.open_session(session_id) as w:
-                assert isinstance(w, SessionWriter)
                 await w.append([NewEvent("k", {"i": i}) for i in range(5)])
             cancelled = await run_cancelled_at(step, lambda: rt.delete(session_id))
             info = await rt.stat(session_id)
@@ -293,9 +373,9 @@ async def test_cancel_delete(make_runtime: RuntimeFactory, load: int) -> None:
             if info is None:
                 assert data == [], f"step {step}: events outlived their session"
             else:
-                assert info.head == 5 and data == [{"i": i} for i in range(5)], f"step {step}"
+                assert info.head == 5, f"step {step}"
+                assert data == [{"i": i} for i in range(5)], f"step {step}"
             async with rt.open_session(session_id) as w:
-                assert isinstance(w, SessionWriter)
                 head = await w.head()
                 assert await w.append([NewEvent("k", {"again": step})]) == head + 1
             STATS["rounds"] += 1
@@ -315,12 +395,11 @@ async def test_cancel_runtime_flush(make_runtime: RuntimeFactory, load: int) -> 
         rt.open_session("f1") as w1,
         rt.open_session("f2") as w2,
     ):
-        assert isinstance(w1, SessionWriter) and isinstance(w2, SessionWriter)
-        expected: dict[str, list[object]] = {"f1": [], "f2": []}
+        expected: dict[str, list[JSON]] = {"f1": [], "f2": []}
 
         async def round_(step: int) -> bool:
             for w in (w1, w2):
-                batch = [{"step": step, "i": i} for i in range(step % 3 + 1)]
+                batch: list[JSON] = [{"step": step, "i": i} for i in range(step % 3 + 1)]
                 w.append_nowait([NewEvent("k", d) for d in batch])
                 expected[w.session_id].extend(batch)
             cancelled = await run_cancelled_at(step, rt.flush)
@@ -336,7 +415,6 @@ async def test_cancel_runtime_flush(make_runtime: RuntimeFactory, load: int) -> 
 async def test_runtime_flush_right_after_delete(make_runtime: RuntimeFactory) -> None:
     """rt.flush() right after rt.delete() or a checkpoint delete returns, raising nothing."""
     async with make_runtime() as rt, rt.open_session("kept") as w:
-        assert isinstance(w, SessionWriter)
         failures = []
         for i in range(20):  # trio shuffles its run queue: repeat to meet the race
             w.append_nowait([NewEvent("k", {"i": i})])
@@ -348,3 +426,79 @@ async def test_runtime_flush_right_after_delete(make_runtime: RuntimeFactory) ->
                     failures.append(repr(exc))
         assert await values(rt, "kept") == [{"i": i} for i in range(20)]
         assert not failures, f"{len(failures)} of 40 flushes failed: {failures[:2]}"
+
+
+# -- single cases --------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("steps", [1, 2, 3])
+async def test_cancel_open_session(make_runtime: RuntimeFactory, steps: int) -> None:
+    """Cancelling a write open (or the write in its block) leaves the session free for the
+    next open, with the cancelled write stored whole or not at all."""
+    async with make_runtime() as rt:
+
+        async def op() -> None:
+            async with rt.open_session("o") as w:
+                await w.append([NewEvent("k", {"n": 1})])
+
+        await run_cancelled_at(steps, op)
+        async with rt.open_session("o") as w:
+            head = await w.head()
+            assert await values(rt, "o") == [{"n": 1}] * head
+            assert await w.append([NewEvent("k", {"n": 2})]) == head + 1
+
+
+async def test_cancel_queued_append_withdraws_in_flight_append_lands(
+    tmp_path: pathlib.Path,
+) -> None:
+    """While the writer is stuck on a locked database: a cancelled append still queued is
+    withdrawn (head goes back), a cancelled append already in the commit lands."""
+    path = tmp_path / "db"
+    async with open_runtime(path, busy_timeout_ms=20_000) as rt, rt.open_session("s") as w:
+        blocker = apsw.Connection(str(path))
+        blocker.execute("BEGIN IMMEDIATE")
+        released = False
+        try:
+            async with trio.open_nursery() as nursery:
+                in_flight = trio.CancelScope()
+                queued = trio.CancelScope()
+
+                async def append_in(scope: trio.CancelScope, n: int) -> None:
+                    with scope:
+                        await w.append([NewEvent("k", {"n": n})])
+
+                nursery.start_soon(append_in, in_flight, 1)
+                await trio.testing.wait_all_tasks_blocked(0.05)
+                nursery.start_soon(append_in, queued, 2)
+                await trio.testing.wait_all_tasks_blocked(0.05)
+                assert await w.head() == 2
+                queued.cancel()
+                in_flight.cancel()
+                await trio.testing.wait_all_tasks_blocked(0.05)
+                assert await w.head() == 1  # the queued one was withdrawn
+                blocker.execute("ROLLBACK")
+                released = True
+            assert await values(rt, "s") == [{"n": 1}]
+            assert await w.append([NewEvent("k", {"n": 3})]) == 2
+        finally:
+            if not released:
+                blocker.execute("ROLLBACK")
+            blocker.close()
+
+
+async def test_append_cancelled_before_it_starts_is_withdrawn(
+    make_runtime: RuntimeFactory,
+) -> None:
+    """An append whose scope was cancelled before the call writes nothing and leaves no
+    parked waiter behind."""
+    async with make_runtime() as rt, rt.open_session("s") as w:
+        await w.append([NewEvent("k", {"n": 1})])
+        with trio.CancelScope() as scope:
+            scope.cancel()
+            await w.append([NewEvent("k", {"n": 2})])
+        assert scope.cancelled_caught
+        assert await w.head() == 1
+        assert not w._actor._parked
+        await w.flush()
+        assert await values(rt, "s") == [{"n": 1}]
+        assert await w.append([NewEvent("k", {"n": 3})]) == 2

@@ -1,7 +1,7 @@
 """Battery 7: damaged, foreign and newer files, and file permissions.
 
 * Random byte flips in random pages and truncations at random offsets (run in a child,
-  ``tests/battery_files_worker.py``, under a timeout, so that a hang fails the test
+  ``battery_files_worker.py``, under a timeout, so that a hang fails the test
   instead of blocking it): with ``integrity_check_on_open=True`` the file is refused
   with ``StoreCorruptError`` and left unchanged -- or, when the damage is invisible to
   SQLite's checks, every read answers or raises a tidelog error; the runtime (no
@@ -10,8 +10,8 @@
   ``StoreCorruptError`` when a read meets it.
 * A WAL file copied from another database is refused with the integrity check on, and
   the refusal leaves both files as they were (the original stays recoverable).
-* A newer or foreign file *with a hot WAL* is refused unchanged (``tests/test_sqlite_store.py``
-  covers files without a WAL).
+* A newer or foreign file *with a hot WAL* is refused unchanged
+  (``tests/stores/test_sqlite_store.py`` covers files without a WAL).
 * Database, ``-wal`` and ``-shm`` files are created without group or world write
   permission, whatever the umask.
 """
@@ -25,6 +25,7 @@ import os
 import shutil
 import subprocess
 from collections import Counter
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -35,8 +36,6 @@ from battery_support import child_env, python_child, record, size
 
 from runtime import (
     NewEvent,
-    SessionReader,
-    SessionWriter,
     SqliteStore,
     StoreCorruptError,
     TidelogError,
@@ -187,9 +186,14 @@ async def test_damaged_event_text_is_store_corrupt(
     _damage_text(path, needle, replacement)
     store = SqliteStore(path, integrity_check_on_open=True)
     try:
-        for window in ({}, {"limit": 200}, {"limit": 200, "from_end": True}):
+        reads: list[Callable[[], object]] = [
+            lambda: store.read("session-0"),
+            lambda: store.read("session-0", limit=200),
+            lambda: store.read("session-0", limit=200, from_end=True),
+        ]
+        for read in reads:
             with pytest.raises(StoreCorruptError):
-                store.read("session-0", **window)  # type: ignore[arg-type]
+                read()
         assert len(store.read("session-1")) == 115
         assert len(store.read("session-1", limit=200)) == 115
     finally:
@@ -197,14 +201,12 @@ async def test_damaged_event_text_is_store_corrupt(
     with trio.fail_after(20):
         async with open_runtime(path) as rt:
             async with rt.open_session("session-0", mode="read") as r:
-                assert isinstance(r, SessionReader)
                 with pytest.raises(StoreCorruptError):
                     await r.read()
             async with rt.snapshot("session-0") as snap:
                 with pytest.raises(StoreCorruptError):
                     await snap.read()
             async with rt.open_session("session-1", mode="read") as r:
-                assert isinstance(r, SessionReader)
                 assert len(await r.read()) == 115
     COUNTS["content_damage_checked"] += 1
 
@@ -262,7 +264,8 @@ def test_wal_from_another_database_is_refused_and_files_kept(tmp_path: Path) -> 
 
 
 async def test_wal_from_another_database_never_hangs_the_runtime(tmp_path: Path) -> None:
-    """A foreign -wal never hangs the runtime and lets only tidelog errors out."""
+    """A foreign -wal never hangs the runtime and lets only tidelog errors out. Passes by
+    not hanging and not raising anything else: which calls succeed is left open."""
     path = tmp_path / "mine.db"
     populate(path)
     shutil.copyfile(_wal_of_other_database(tmp_path), f"{path}-wal")
@@ -350,7 +353,6 @@ async def test_files_created_without_group_or_world_write(tmp_path: Path, umask:
     old = os.umask(umask)
     try:
         async with open_runtime(path) as rt, rt.open_session("s") as w:
-            assert isinstance(w, SessionWriter)
             await w.append([NewEvent("k", 1)])
             modes = file_modes(path)  # while the runtime holds them: -wal and -shm exist
     finally:

@@ -33,7 +33,6 @@ from runtime import (
     MemoryStore,
     NewEvent,
     Runtime,
-    SessionReader,
     SessionWriter,
     SqliteStore,
     StoreError,
@@ -82,21 +81,19 @@ def is_text(value: str) -> bool:
 
 
 def exact_json(value: object) -> bool:
-    """Is ``value`` exactly JSON (what DESIGN.md accepts)?"""
-    t = type(value)
+    """Is ``value`` exactly JSON (what ``stores.records`` accepts: the JSON types
+    themselves, no subclass; finite floats; text without lone surrogates)?"""
+    t = type(value)  # exact types: isinstance below only narrows for the type checker
     if value is None or t is bool or t is int:
         return True
-    if t is float:
-        return math.isfinite(value)  # type: ignore[arg-type]
-    if t is str:
-        return is_text(value)  # type: ignore[arg-type]
-    if t is list:
-        return all(exact_json(v) for v in value)  # type: ignore[attr-defined]
-    if t is dict:
-        return all(
-            type(k) is str and is_text(k) and exact_json(v)
-            for k, v in value.items()  # type: ignore[attr-defined]
-        )
+    if t is float and isinstance(value, float):
+        return math.isfinite(value)
+    if t is str and isinstance(value, str):
+        return is_text(value)
+    if t is list and isinstance(value, list):
+        return all(exact_json(v) for v in value)
+    if t is dict and isinstance(value, dict):
+        return all(type(k) is str and is_text(k) and exact_json(v) for k, v in value.items())
     return False
 
 
@@ -191,6 +188,17 @@ async def runtimes(tmp: Path) -> AsyncIterator[dict[str, Runtime]]:
         yield {"memory": mem, "sqlite": sql}
 
 
+async def submit(w: SessionWriter, events: list[NewEvent], *, nowait: bool) -> tuple[int, int]:
+    """Write ``events`` with ``append_nowait`` and a flush, or with one awaited append;
+    return their seq range."""
+    if nowait:
+        seqs = w.append_nowait(events)
+        await w.flush()
+        return seqs
+    head = await w.append(events)
+    return head - len(events) + 1, head
+
+
 def first_bad(batch: list[tuple[object, object, object]]) -> int | None:
     for index, (kind, data, run_id) in enumerate(batch):
         if not valid_name(kind) or not exact_json(data):
@@ -213,29 +221,21 @@ async def test_hostile_events_refused_whole_or_stored_exactly(
         async with runtimes(tmp_path) as rts:
             for side, rt in rts.items():
                 async with rt.open_session(sid) as w:
-                    assert isinstance(w, SessionWriter)
                     await w.append([NewEvent("anchor", {"side": side})])
                     new = [NewEvent(k, d, run_id=r) for k, d, r in batch]
                     if bad is not None:
                         with pytest.raises(InvalidEventError) as info:
-                            if nowait:
-                                w.append_nowait(new)
-                            else:
-                                await w.append(new)
+                            await submit(w, new, nowait=nowait)
                         assert info.value.index == bad, (side, info.value, batch)
                         assert await w.head() == 1
                         TRIED["refused"] += 1
                     else:
-                        if nowait:
-                            assert w.append_nowait(new) == (2, 1 + len(batch))
-                            await w.flush()
-                        else:
-                            assert await w.append(new) == 1 + len(batch)
+                        assert await submit(w, new, nowait=nowait) == (2, 1 + len(batch))
                         TRIED["stored"] += 1
                     # Keeps serving, and nothing of a refused batch is there.
                     head = await w.append([NewEvent("after", None)])
                     stored = await w.read()
-                want = [("anchor", {"side": side}, None)]
+                want: list[tuple[str, object, str | None]] = [("anchor", {"side": side}, None)]
                 if bad is None:
                     want += [(k, d, r) for k, d, r in batch]
                 want.append(("after", None, None))
@@ -270,13 +270,13 @@ async def test_hostile_session_ids(tmp_path: Path, sid: Any) -> None:
                 TRIED["stored"] += 1
                 tag = f"t{next(_counter)}"
                 async with rt.open_session(sid) as w:
-                    assert isinstance(w, SessionWriter)
                     head = await w.head()
                     await w.append([NewEvent("k", {"tag": tag})])
                 info = await rt.stat(sid)
-                assert info is not None and info.id == sid and info.head == head + 1
+                assert info is not None
+                assert info.id == sid
+                assert info.head == head + 1
                 async with rt.open_session(sid, mode="read") as r:
-                    assert isinstance(r, SessionReader)
                     assert (await r.read())[-1].data == {"tag": tag}
                 assert sid in {i.id for i in await rt.list_sessions()}
                 # Look-alikes (LIKE wildcards, case, a prefix) are other sessions.
@@ -310,7 +310,8 @@ async def test_hostile_headers_meta_and_run_ids(
                     async with rt.open_session(sid, header=header):
                         pass
                     info = await rt.stat(sid)
-                    assert info is not None and info.header == (header or {})
+                    assert info is not None
+                    assert info.header == (header or {})
                 else:
                     await refused(rt.open_session(sid, header=header), InvalidArgumentError)
                     assert await rt.stat(sid) is None
@@ -338,10 +339,10 @@ async def test_huge_strings(tmp_path: Path, backend: str) -> None:
     target: Any = MemoryStore() if backend == "memory" else tmp_path / "big.db"
     with trio.fail_after(120):
         async with open_runtime(target) as rt, rt.open_session("big") as w:
-            assert isinstance(w, SessionWriter)
             assert await w.append([NewEvent("k", {"text": big}), NewEvent("k", big)]) == 2
             [first, second] = await w.read()
-            assert first.data == {"text": big} and second.data == big
+            assert first.data == {"text": big}
+            assert second.data == big
             await refused(rt.open_session(big), InvalidSessionIdError)
             with pytest.raises(InvalidEventError) as info:
                 await w.append([NewEvent("ok", None), NewEvent(big, None)])
@@ -364,7 +365,6 @@ async def test_deep_nesting_refused(tmp_path: Path, backend: str, shape: str) ->
     target: Any = MemoryStore() if backend == "memory" else tmp_path / "deep.db"
     with trio.fail_after(30):
         async with open_runtime(target) as rt, rt.open_session("deep") as w:
-            assert isinstance(w, SessionWriter)
             with pytest.raises(InvalidEventError) as info:
                 await w.append([NewEvent("ok", 1), NewEvent("deep", nested(10_000, shape))])
             assert (info.value.index, info.value.kind) == (1, "deep")
@@ -419,7 +419,6 @@ async def test_every_accepted_depth_reads_back(tmp_path: Path, backend: str, wri
                 while len(depths) < 5 and depth > 0:  # the 5 deepest accepted depths
                     depth -= 1
                     async with rt.open_session(f"d{depth}") as w:
-                        assert isinstance(w, SessionWriter)
                         try:
                             await w.append([NewEvent("deep", nested(depth))])
                         except InvalidEventError:
@@ -431,7 +430,6 @@ async def test_every_accepted_depth_reads_back(tmp_path: Path, backend: str, wri
                 sid = f"d{depth}"
                 try:
                     async with rt.open_session(sid, mode="read") as r:
-                        assert isinstance(r, SessionReader)
                         assert (await r.read())[0].data == nested(depth)
                     async with rt.snapshot(sid) as snap:
                         assert (await snap.read())[0].data == nested(depth)
@@ -448,7 +446,6 @@ async def test_huge_int_refused_or_exact(tmp_path: Path, backend: str) -> None:
     """Integers past 64 bits (and past 4300 digits) are stored exactly or refused."""
     target: Any = MemoryStore() if backend == "memory" else tmp_path / "ints.db"
     async with open_runtime(target) as rt, rt.open_session("ints") as w:
-        assert isinstance(w, SessionWriter)
         for value in (2**63, -(2**64) - 1, 10**300, 10**4299, 10**5000):
             TRIED["inputs"] += 1
             head = await w.head()
@@ -485,15 +482,19 @@ async def test_hostile_file_names_refused_cleanly(tmp_path: Path, name: str) -> 
     work.mkdir()
     before = _entries(work)
     path = name if name in ("", ":memory:") or name.startswith("file:") else str(work / name)
+
+    async def open_and_close(opener: str) -> None:
+        if opener == "store":
+            SqliteStore(path).close()
+            return
+        with trio.fail_after(10):
+            async with open_runtime(path):
+                pass
+
     for opener in ("store", "runtime"):
         TRIED["inputs"] += 1
         with pytest.raises(TidelogError) as info:
-            if opener == "store":
-                SqliteStore(path).close()
-            else:
-                with trio.fail_after(10):
-                    async with open_runtime(path):
-                        pass
+            await open_and_close(opener)
         assert isinstance(info.value, InvalidArgumentError | StoreError), repr(info.value)
         assert _entries(work) == before, f"{opener} left {_entries(work) - before}"
         TRIED["refused"] += 1
@@ -504,12 +505,10 @@ async def test_path_tricks_in_file_names(tmp_path: Path) -> None:
     (tmp_path / "sub").mkdir()
     dotted = tmp_path / "sub" / ".." / "dotted.db"
     async with open_runtime(dotted) as rt, rt.open_session("s") as w:
-        assert isinstance(w, SessionWriter)
         await w.append([NewEvent("k", 1)])
     assert (tmp_path / "dotted.db").exists()
     literal = tmp_path / "q.db?mode=memory&cache=shared#frag"
     async with open_runtime(literal) as rt, rt.open_session("s") as w:
-        assert isinstance(w, SessionWriter)
         await w.append([NewEvent("k", 1)])
     assert literal.exists()
     target = tmp_path / "target.db"

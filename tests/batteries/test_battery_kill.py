@@ -1,6 +1,6 @@
 """Battery 1: kill -9. A writer process is SIGKILLed at random moments, over and over.
 
-The child (``tests/battery_writer.py write``) appends to several sessions with awaited
+The child (``battery_writer.py write``) appends to several sessions with awaited
 ``append`` and with ``append_nowait`` + ``flush``, printing a line per acknowledgement.
 After each kill the parent checks the database:
 
@@ -33,10 +33,10 @@ import apsw
 import pytest
 import trio
 from battery_support import child_env, contiguous, python_child, record, size
+from helpers import num, text
 
 from runtime import (
     SessionOwnedError,
-    SessionWriter,
     SqliteStore,
     open_runtime,
 )
@@ -77,9 +77,10 @@ def check_log(store: SqliteStore, sid: str, acked: int) -> int:
     for e in events:
         data = e.data
         assert isinstance(data, dict), e
-        assert e.kind == "b" and data["s"] == sid, f"{sid}: foreign event {e}"
+        assert e.kind == "b", f"{sid}: foreign event {e}"
+        assert data["s"] == sid, f"{sid}: foreign event {e}"
         assert data["n"] == e.seq, f"{sid}: event meant for seq {data['n']} stored at {e.seq}"
-        batches[data["b"]].append((e.seq, data["k"], data["of"]))  # type: ignore[arg-type]
+        batches[text(e, "b")].append((e.seq, num(e, "k"), num(e, "of")))
     for batch, parts in batches.items():
         seq0, _, of = parts[0]
         assert [(s, k) for s, k, _ in parts] == [(seq0 + k, k) for k in range(of)], (
@@ -107,11 +108,12 @@ def lease_expiries(db: Path) -> dict[str, float]:
 
 
 async def open_all(db: Path) -> None:
-    """Open every session for write at once (no retry) and close again."""
+    """Open every session for write at once (no retry) and close again: each writer
+    starts at the committed head (nothing of the dead writer is pending)."""
     async with open_runtime(db) as rt:
         for sid in SESSIONS:
             async with rt.open_session(sid, mode="write") as w:
-                assert isinstance(w, SessionWriter)
+                assert await w.head() == w.committed_head
 
 
 async def check_remote_lease(db: Path, killed_at: float) -> None:

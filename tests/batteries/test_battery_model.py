@@ -54,7 +54,6 @@ from runtime import (
     SessionExistsError,
     SessionNotFoundError,
     SessionOwnedError,
-    SessionReader,
     SessionWriter,
     Snapshot,
     SnapshotExpiredError,
@@ -166,7 +165,7 @@ def make_machine(driver: Driver, stats: dict[str, int]) -> type[RuleBasedStateMa
             self.dir = Path(tempfile.mkdtemp(prefix="tidelog-model-"))
             self.memory = MemoryStore()
             self.model: dict[str, ModelSession] = {}
-            self.writer_cms: dict[str, dict[str, AbstractAsyncContextManager[Any]]] = {}
+            self.writer_cms: dict[str, dict[str, AbstractAsyncContextManager[SessionWriter]]] = {}
             self.writers: dict[str, dict[str, SessionWriter]] = {}
             self.snaps: list[Snap] = []
             self.rt_cms: dict[str, AbstractAsyncContextManager[Runtime]] = {}
@@ -179,9 +178,12 @@ def make_machine(driver: Driver, stats: dict[str, int]) -> type[RuleBasedStateMa
         # -- plumbing ------------------------------------------------------------------
 
         async def _open_runtimes(self) -> None:
-            targets = {"memory": self.memory, "sqlite": self.dir / "model.db"}
+            targets: dict[str, MemoryStore | Path] = {
+                "memory": self.memory,
+                "sqlite": self.dir / "model.db",
+            }
             for side in SIDES:  # opened memory first, sqlite second: closed in reverse
-                cm = open_runtime(targets[side])  # type: ignore[arg-type]
+                cm = open_runtime(targets[side])
                 self.rts[side] = await cm.__aenter__()
                 self.rt_cms[side] = cm
 
@@ -247,7 +249,7 @@ def make_machine(driver: Driver, stats: dict[str, int]) -> type[RuleBasedStateMa
                     lambda side: self.rts[side].open_session(sid).__aenter__(), SessionOwnedError
                 )
                 return
-            cms: dict[str, AbstractAsyncContextManager[Any]] = {}
+            cms: dict[str, AbstractAsyncContextManager[SessionWriter]] = {}
 
             async def enter(side: str) -> int:
                 cms[side] = self.rts[side].open_session(sid, mode="write")
@@ -449,7 +451,6 @@ def make_machine(driver: Driver, stats: dict[str, int]) -> type[RuleBasedStateMa
         ) -> None:
             async def call(side: str) -> list[StoredEvent]:
                 async with self.rts[side].open_session(sid, mode="read") as r:
-                    assert isinstance(r, SessionReader)
                     return await r.read(
                         since_seq=since, until_seq=until, limit=limit, from_end=from_end
                     )

@@ -58,6 +58,8 @@ STATUSES = {"met", "MISSED", "reference", "baseline", "alternative", "-", "no da
 
 @pytest.mark.slow
 def test_bench_runs_at_tiny_scale(tmp_path: Path) -> None:
+    """Every workload runs at scale 0.02; the table is printed and the JSON and Markdown
+    results hold the expected rows (no speed asserted)."""
     out = tmp_path / "results"
     proc = subprocess.run(
         [
@@ -101,7 +103,8 @@ def test_bench_runs_at_tiny_scale(tmp_path: Path) -> None:
     missing = {key for key, case in doc["cases"].items() if case["missing"]}
     for row in rows:
         if row["case"] in missing:
-            assert row["status"] == "not installed" and row["value"] is None, row
+            assert row["status"] == "not installed", row
+            assert row["value"] is None, row
             continue
         best_of = (row["reference"] or {}).get("best_of")
         if (
@@ -113,7 +116,8 @@ def test_bench_runs_at_tiny_scale(tmp_path: Path) -> None:
             continue
         assert row["status"] in STATUSES, row
         if row["workload"] in MEASURED:
-            assert row["value"] is not None and row["value"] > 0, row
+            assert row["value"] is not None, row
+            assert row["value"] > 0, row
         if row["target"] is not None and row["status"] != "no data":
             assert row["status"] in {"met", "MISSED"}, row
         if best_of:

@@ -18,6 +18,7 @@ from runtime import (
     CommitPendingError,
     MemoryStore,
     NewEvent,
+    Runtime,
     SessionOwnedError,
     SqliteStore,
     StoreIOError,
@@ -38,7 +39,7 @@ class CancelAfterSteps(trio.abc.Instrument):
         self.steps = steps
         self.scope = scope
 
-    def after_task_step(self, task: trio.lowlevel.Task) -> None:
+    def after_task_step(self, task: trio.lowlevel.Task) -> None:  # noqa: ARG002 (counts steps)
         self.steps -= 1
         if self.steps == 0:
             self.scope.cancel()
@@ -92,7 +93,7 @@ async def test_outer_cancel_while_a_writer_opens_never_hangs(step: int, tmp_path
 
 
 async def test_reopening_while_closing_gives_a_live_writer(
-    autojump_clock: trio.testing.MockClock,
+    autojump_clock: trio.testing.MockClock,  # noqa: ARG001 (pytest-trio runs the test on it)
 ) -> None:
     """A writer opened while the previous one is closing (200 handoffs, the open retried
     while the old handle is still open) is never dead on arrival: its append works, and
@@ -142,7 +143,7 @@ class Breakable(MemoryStore):
 
 
 async def test_close_that_cannot_commit_names_what_it_dropped(
-    autojump_clock: trio.testing.MockClock,
+    autojump_clock: trio.testing.MockClock,  # noqa: ARG001 (pytest-trio runs the test on it)
 ) -> None:
     """close() whose final drain keeps failing raises UnwrittenError naming the seq range
     and carrying the events; a new writer then starts at the committed head (reusing
@@ -151,12 +152,16 @@ async def test_close_that_cannot_commit_names_what_it_dropped(
     async with open_runtime(store) as rt:
         async with rt.open_session("s") as w:
             await w.append([ev(1)])
-        with pytest.raises(UnwrittenError) as info:
+
+        async def accept_then_break() -> None:
             async with rt.open_session("s") as w:
                 w.append_nowait([ev(2), ev(3)])
                 store.broken = True
+
+        with pytest.raises(UnwrittenError) as info:
+            await accept_then_break()
         assert (info.value.first, info.value.last) == (2, 3)
-        assert [e.data for e in info.value.events] == [{"i": 2}, {"i": 3}]  # type: ignore[attr-defined]
+        assert [e.data for e in info.value.events] == [{"i": 2}, {"i": 3}]
         store.broken = False
         async with rt.open_session("s") as again:
             assert await again.head() == 1
@@ -165,35 +170,46 @@ async def test_close_that_cannot_commit_names_what_it_dropped(
 
 
 async def test_exit_that_cannot_commit_raises_with_the_body_error(
-    autojump_clock: trio.testing.MockClock,
+    autojump_clock: trio.testing.MockClock,  # noqa: ARG001 (pytest-trio runs the test on it)
 ) -> None:
     """Leaving open_runtime because the body raised, while accepted writes (of a shared
     writer already closed) cannot be committed: the body's error and the UnwrittenError
     are raised together (a group), so neither hides the other."""
     store = Breakable()
-    with pytest.raises(BaseExceptionGroup) as info:
+
+    async def leave_pending(rt: Runtime) -> None:
+        async with rt.open_session("s", shared=True) as w:
+            w.append_nowait([ev(1)])
+            store.broken = True
+
+    async def body() -> None:
         async with open_runtime(store) as rt:
             with pytest.raises(CommitPendingError):
-                async with rt.open_session("s", shared=True) as w:
-                    w.append_nowait([ev(1)])
-                    store.broken = True
+                await leave_pending(rt)
             raise KeyError("the body failed")
+
+    with pytest.raises(BaseExceptionGroup) as info:
+        await body()
     assert info.group_contains(KeyError)
     assert info.group_contains(UnwrittenError)
 
 
 async def test_writer_block_error_and_close_error_are_both_raised(
-    autojump_clock: trio.testing.MockClock,
+    autojump_clock: trio.testing.MockClock,  # noqa: ARG001 (pytest-trio runs the test on it)
 ) -> None:
     """A writer block that raises while its accepted writes cannot be committed raises
     both its own error and the close's UnwrittenError."""
     store = Breakable()
     async with open_runtime(store) as rt:
-        with pytest.raises(BaseExceptionGroup) as info:
+
+        async def block() -> None:
             async with rt.open_session("s") as w:
                 w.append_nowait([ev(1)])
                 store.broken = True
                 raise KeyError("the block failed")
+
+        with pytest.raises(BaseExceptionGroup) as info:
+            await block()
         assert info.group_contains(KeyError)
         assert info.group_contains(UnwrittenError)
         store.broken = False

@@ -36,7 +36,9 @@ async def test_create_new_refuses_an_existing_session(rt: Runtime) -> None:
         async with rt.open_session("s", create="new"):
             pass  # pragma: no cover
     info = await rt.stat("s")
-    assert info is not None and info.header == {"v": 1} and info.head == 1
+    assert info is not None
+    assert info.header == {"v": 1}
+    assert info.head == 1
 
 
 async def test_create_never_refuses_a_missing_session(rt: Runtime) -> None:
@@ -56,7 +58,8 @@ async def test_header_of_an_existing_session_is_kept(rt: Runtime) -> None:
     async with rt.open_session("s", header={"title": "second"}):
         pass
     info = await rt.stat("s")
-    assert info is not None and info.header == {"title": "first"}
+    assert info is not None
+    assert info.header == {"title": "first"}
 
 
 async def test_reserved_namespace_needs_internal(rt: Runtime) -> None:
@@ -78,7 +81,8 @@ async def test_reserved_namespace_needs_internal(rt: Runtime) -> None:
 
 @pytest.mark.parametrize("mode", ["append", "nowait"])
 async def test_an_event_too_large_is_refused_before_queueing(
-    mode: str, autojump_clock: trio.testing.MockClock
+    mode: str,
+    autojump_clock: trio.testing.MockClock,  # noqa: ARG001 (pytest-trio runs the test on it)
 ) -> None:
     """An event over MAX_EVENT_BYTES is refused with InvalidEventError before anything is
     queued; another session's writes are unaffected and nothing is lost at exit."""
@@ -89,15 +93,17 @@ async def test_an_event_too_large_is_refused_before_queueing(
         rt.open_session("ok") as ok,
     ):
         huge = NewEvent("k", "x" * (MAX_EVENT_BYTES + 1))
-        with pytest.raises(InvalidEventError):
-            if mode == "append":
+        if mode == "append":
+            with pytest.raises(InvalidEventError):
                 await big.append([huge])
-            else:
+        else:
+            with pytest.raises(InvalidEventError):
                 big.append_nowait([huge])
         assert await big.head() == 0
         assert await ok.append([NewEvent("k", 1)]) == 1
         assert await big.append([NewEvent("k", 2)]) == 1
-    assert store.head("ok") == 1 and store.head("big") == 1
+    assert store.head("ok") == 1
+    assert store.head("big") == 1
 
 
 @pytest.mark.parametrize("value", [MAX_SEQ + 1, 2**64, -1])
@@ -151,7 +157,7 @@ async def test_bad_options_create_nothing(tmp_path: Path, options: dict[str, obj
 
 
 async def test_per_session_state_is_freed_with_the_actor(
-    autojump_clock: trio.testing.MockClock,
+    autojump_clock: trio.testing.MockClock,  # noqa: ARG001 (pytest-trio runs the test on it)
 ) -> None:
     """3000 sessions written through shared writers (as the agent layer's history does)
     leave no per-session state behind once their actors are evicted."""

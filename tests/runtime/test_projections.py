@@ -8,9 +8,11 @@ from collections.abc import AsyncIterator
 import pytest
 import trio
 import trio.testing
+from helpers import share_state
 
 from runtime import (
     JSON,
+    InvalidArgumentError,
     MemoryStore,
     NewEvent,
     Projection,
@@ -33,7 +35,7 @@ class Counting(Projection):
     def init(self) -> JSON:
         return 0
 
-    def apply(self, state: JSON, event: StoredEvent) -> JSON:
+    def apply(self, state: JSON, event: StoredEvent) -> JSON:  # noqa: ARG002 (it counts)
         Counting.applied += 1
         assert isinstance(state, int)
         return state + 1
@@ -66,7 +68,7 @@ async def test_values_match_the_snapshot_while_writers_append(rt: Runtime) -> No
             assert values["stats"]["events"] == len(events) == 2
             assert values["stats"]["kinds"] == {"user": 1, "assistant": 1}
             assert values == await snap.values(["stats"])
-    with pytest.raises(ValueError):
+    with pytest.raises(InvalidArgumentError, match="no projection named 'nope'"):
         async with rt.snapshot("s") as snap:
             await snap.values(["nope"])
 
@@ -141,13 +143,12 @@ async def test_snapshot_older_than_checkpoint_folds_to_its_own_seq(rt: Runtime) 
 class FailingCacheStore(MemoryStore):
     """A MemoryStore whose projection checkpoints cannot be written."""
 
-    def save_projection(self, pin: Pin, name: str, version: int, state_json: str) -> None:
+    # Store's signature; this store only fails.
+    def save_projection(self, pin: Pin, name: str, version: int, state_json: str) -> None:  # noqa: ARG002
         raise StoreIOError("injected: cannot write the projection cache")
 
-    def clone(self) -> FailingCacheStore:
-        other = FailingCacheStore()
-        other._state = self._state
-        return other
+    def clone(self, *, read_only: bool | None = None) -> FailingCacheStore:
+        return share_state(self, FailingCacheStore(), read_only=read_only)
 
 
 async def test_failed_checkpoint_write_never_fails_the_read(
@@ -169,19 +170,21 @@ async def test_watch_yields_each_change(rt: Runtime) -> None:
     async with rt.open_session("s") as w:
         await w.append([NewEvent("user", {"text": "a"})])
         seen: list[int] = []
+        watching = trio.Event()
 
         async def follow() -> None:
             async for stats in rt.watch("s", "stats"):
                 seen.append(stats["events"])
+                watching.set()
                 if stats["events"] == 3:
                     return
 
         with trio.fail_after(10):
             async with trio.open_nursery() as nursery:
                 nursery.start_soon(follow)
-                await trio.sleep(0.05)
+                await watching.wait()  # it yielded the current value: it is watching
                 await w.append([NewEvent("assistant", {"text": "b"})])
                 await w.append([NewEvent("user", {"text": "c"})])
     assert seen == [1, 2, 3]
-    with pytest.raises(ValueError):
+    with pytest.raises(InvalidArgumentError, match="no projection named 'nope'"):
         rt.watch("s", "nope")

@@ -9,7 +9,7 @@ from contextlib import AsyncExitStack
 import pytest
 import trio
 import trio.testing
-from helpers import FlakyMemoryStore, RuntimeFactory
+from helpers import FlakyMemoryStore, RuntimeFactory, num, share_state, stat_head
 
 from actors.writer import DELIVERY_SLICE
 from runtime import (
@@ -45,22 +45,29 @@ def ev(i: int, kind: str = "k") -> NewEvent:
 async def writer(stack: AsyncExitStack, rt: Runtime, session_id: str) -> SessionWriter:
     """Open a writer whose ``async with`` is held by ``stack``."""
     handle = await stack.enter_async_context(rt.open_session(session_id, mode="write"))
-    assert isinstance(handle, SessionWriter)
     return handle
 
 
 # -- appends and heads --------------------------------------------------------------------
 
 
+async def test_open_session_mode_picks_the_handle(rt: Runtime) -> None:
+    """open_session returns the handle its overloads promise: a SessionWriter for the
+    default and "write" modes, a SessionReader for "read"."""
+    async with rt.open_session("s") as w, rt.open_session("t", mode="write") as w2:
+        assert type(w) is SessionWriter
+        assert type(w2) is SessionWriter
+    async with rt.open_session("s", mode="read") as r:
+        assert type(r) is SessionReader
+
+
 async def test_append_returns_committed_head(rt: Runtime) -> None:
     """await append returns the new head after commit; readers see it at once."""
     async with rt.open_session("s") as w:
-        assert isinstance(w, SessionWriter)
         assert await w.append([ev(1), ev(2)]) == 2
         assert await w.append([ev(3)]) == 3
         assert await w.head() == w.committed_head == 3
         async with rt.open_session("s", mode="read") as r:
-            assert isinstance(r, SessionReader)
             assert [e.seq for e in await r.read()] == [1, 2, 3]
             assert await r.head() == 3
 
@@ -94,7 +101,9 @@ async def test_write_open_creates_with_header(rt: Runtime) -> None:
     """A write open creates a missing session with its header; stat shows it."""
     async with rt.open_session("s", header={"title": "t"}):
         info = await rt.stat("s")
-        assert info is not None and info.header == {"title": "t"} and info.head == 0
+        assert info is not None
+        assert info.header == {"title": "t"}
+        assert info.head == 0
     assert await rt.stat("missing") is None
 
 
@@ -115,19 +124,19 @@ async def test_bad_input_refused_and_actor_keeps_serving(rt: Runtime) -> None:
         async with rt.open_session(""):
             pass  # pragma: no cover
     with pytest.raises(InvalidArgumentError):
-        async with rt.open_session("s", mode="append"):  # type: ignore[arg-type]
+        async with rt.open_session("s", mode="append"):  # type: ignore[call-overload]  # bad input under test
             pass  # pragma: no cover
     with pytest.raises(InvalidArgumentError):
-        async with rt.open_session("s", header=["not", "a", "dict"]):  # type: ignore[arg-type]
+        async with rt.open_session("s", header=["x"]):  # type: ignore[call-overload]  # bad input under test
             pass  # pragma: no cover
     async with rt.open_session("s") as w:
         with pytest.raises(InvalidEventError) as info:
             await w.append([ev(1), NewEvent("bad", {"x": float("nan")})])
         assert info.value.index == 1
         with pytest.raises(InvalidEventError):
-            w.append_nowait([NewEvent("bad", (1, 2))])  # type: ignore[arg-type]
+            w.append_nowait([NewEvent("bad", (1, 2))])  # type: ignore[arg-type]  # bad input under test
         with pytest.raises(InvalidArgumentError):
-            await w.append([ev(1)], expected_head="0")  # type: ignore[arg-type]
+            await w.append([ev(1)], expected_head="0")  # type: ignore[arg-type]  # bad input under test
         with pytest.raises(InvalidArgumentError):
             await w.truncate(-1)
         with pytest.raises(InvalidArgumentError):
@@ -204,7 +213,7 @@ async def test_close_commits_queue_even_when_cancelled(rt: Runtime) -> None:
         with trio.CancelScope() as scope:
             scope.cancel()
             await w.aclose()
-    assert (await rt.stat("s")).head == 2  # type: ignore[union-attr]
+    assert await stat_head(rt, "s") == 2
     async with rt.open_session("s") as again:
         assert await again.head() == 2
 
@@ -246,7 +255,7 @@ async def test_group_commit_shares_transactions(rt: Runtime) -> None:
     assert stats.writer.batches_committed < stats.writer.events_committed
     assert stats.writer.mean_batch_size > 1.0
     for i in range(30):
-        assert (await rt.stat(f"s{i}")).head == 10  # type: ignore[union-attr]
+        assert await stat_head(rt, f"s{i}") == 10
 
 
 async def test_big_batch_wakes_its_waiters_in_slices(rt: Runtime) -> None:
@@ -268,9 +277,8 @@ async def test_big_batch_wakes_its_waiters_in_slices(rt: Runtime) -> None:
                 await trio.lowlevel.checkpoint()
                 most_between_steps = max(most_between_steps, done - seen)
 
-        async def work(w: object) -> None:
+        async def work(w: SessionWriter) -> None:
             nonlocal done
-            assert isinstance(w, SessionWriter)
             for n in range(3):
                 await w.append([ev(n)])
                 done += 1
@@ -339,7 +347,7 @@ async def test_flush_with_nothing_pending_is_cheap(rt: Runtime) -> None:
 
 
 async def test_background_failure_retries_exactly_once(
-    autojump_clock: trio.testing.MockClock,
+    autojump_clock: trio.testing.MockClock,  # noqa: ARG001 (pytest-trio runs the test on it)
 ) -> None:
     """A failed background commit keeps the events queued in order and retries them: a
     flush after the store recovered just succeeds, and each event lands exactly once."""
@@ -353,11 +361,11 @@ async def test_background_failure_retries_exactly_once(
         await w.flush()  # the retry after the backoff commits them
         assert w.append_nowait([ev(3)]) == (3, 3)
         await w.flush()
-        assert [e.data["i"] for e in store.read("s")] == [1, 2, 3]  # type: ignore[index]
+        assert [num(e, "i") for e in store.read("s")] == [1, 2, 3]
 
 
 async def test_flush_reports_a_failing_commit_as_pending(
-    autojump_clock: trio.testing.MockClock,
+    autojump_clock: trio.testing.MockClock,  # noqa: ARG001 (pytest-trio runs the test on it)
 ) -> None:
     """A flush whose writes keep failing raises CommitPendingError naming them; they stay
     queued, and a later flush returns once they landed (exactly once)."""
@@ -376,7 +384,7 @@ async def test_flush_reports_a_failing_commit_as_pending(
 
 
 async def test_earlier_failure_never_swallows_the_next_append(
-    autojump_clock: trio.testing.MockClock,
+    autojump_clock: trio.testing.MockClock,  # noqa: ARG001 (pytest-trio runs the test on it)
 ) -> None:
     """After a background commit failure, the next append is queued behind the earlier
     events (never dropped): while the store fails it raises CommitPendingError naming its
@@ -392,10 +400,12 @@ async def test_earlier_failure_never_swallows_the_next_append(
         assert (pending.value.first, pending.value.last) == (2, 2)
         assert await w.head() == 2
         await w.flush()
-        assert [e.data["i"] for e in store.read("s")] == [1, 2]  # type: ignore[index]
+        assert [num(e, "i") for e in store.read("s")] == [1, 2]
 
 
-async def test_awaited_append_failure_then_recovery(autojump_clock: trio.testing.MockClock) -> None:
+async def test_awaited_append_failure_then_recovery(
+    autojump_clock: trio.testing.MockClock,  # noqa: ARG001 (pytest-trio runs the test on it)
+) -> None:
     """An awaited append whose commit fails raises CommitPendingError: its events were
     accepted, stay queued and land once."""
     store = FlakyMemoryStore()
@@ -410,7 +420,7 @@ async def test_awaited_append_failure_then_recovery(autojump_clock: trio.testing
 
 
 async def test_commit_that_reported_failure_but_landed_is_not_duplicated(
-    autojump_clock: trio.testing.MockClock,
+    autojump_clock: trio.testing.MockClock,  # noqa: ARG001 (pytest-trio runs the test on it)
 ) -> None:
     """A commit that landed but reported an error is recognised on retry: no duplicate."""
     store = FlakyMemoryStore()
@@ -422,7 +432,7 @@ async def test_commit_that_reported_failure_but_landed_is_not_duplicated(
         assert w.append_nowait([ev(3)]) == (3, 3)
         await trio.sleep(1.0)  # backoff, then retry
         await w.flush()
-        assert [e.data["i"] for e in store.read("s")] == [1, 2, 3]  # type: ignore[index]
+        assert [num(e, "i") for e in store.read("s")] == [1, 2, 3]
 
 
 async def test_exit_drains_queued_writes(tmp_path: pathlib.Path) -> None:
@@ -510,11 +520,14 @@ async def test_snapshot_does_not_pin_the_wal(tmp_path: pathlib.Path) -> None:
 
             conn = apsw.Connection(str(path))
             try:
-                while True:  # the runtime's own checkpoint may be running (busy)
-                    busy, log, done = conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchone()
-                    if not busy:
-                        break
-                    await trio.sleep(0.01)
+                with trio.fail_after(10):
+                    while True:  # the runtime's own checkpoint may be running (busy)
+                        row = conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchone()
+                        assert row is not None
+                        busy, log, done = row
+                        if not busy:
+                            break
+                        await trio.sleep(0.01)
             finally:
                 conn.close()
             assert log == done
@@ -542,7 +555,7 @@ async def test_exit_during_background_checkpoints_loses_nothing(tmp_path: pathli
         events = store.read("s")
     finally:
         store.close()
-    assert [(e.data["r"], e.data["i"]) for e in events] == [  # type: ignore[index,call-overload]
+    assert [(num(e, "r"), num(e, "i")) for e in events] == [
         (r, i) for r in range(3) for i in range(400)
     ]
 
@@ -568,7 +581,7 @@ async def test_concurrent_first_uses_share_one_actor(rt: Runtime) -> None:
 
 
 async def test_idle_actor_evicted_and_lease_released(
-    autojump_clock: trio.testing.MockClock,
+    autojump_clock: trio.testing.MockClock,  # noqa: ARG001 (pytest-trio runs the test on it)
 ) -> None:
     """An unused actor is evicted after idle_timeout with its queue committed and its
     lease released."""
@@ -628,20 +641,23 @@ async def test_runtime_flush_ignores_other_sessions_starting_or_dead(rt: Runtime
         await rt.delete("gone")
         await rt.flush()
         await w.flush()
+        assert w.committed_head == 1
+        assert await stat_head(rt, "b") == 1
+        assert await rt.stat("gone") is None
 
 
 class _BadCloseStore(MemoryStore):
     """A MemoryStore whose clones fail to close (as a faulty disk might)."""
 
-    def clone(self) -> MemoryStore:
-        other = _BadCloseStore()
-        other._state = self._state
-        other.close = _fail_close  # type: ignore[method-assign]
-        return other
+    def clone(self, *, read_only: bool | None = None) -> MemoryStore:
+        return share_state(self, _FailingCloseStore(), read_only=read_only)
 
 
-def _fail_close() -> None:
-    raise StoreIOError("injected: close failed")
+class _FailingCloseStore(MemoryStore):
+    """A MemoryStore whose close fails."""
+
+    def close(self) -> None:
+        raise StoreIOError("injected: close failed")
 
 
 async def test_close_errors_never_mask_the_body_error() -> None:
@@ -669,25 +685,26 @@ async def test_waiters_are_woken_when_the_writer_dies() -> None:
             return super().write_batch(ops, sync=sync)
 
     store = BrokenStore()
-    seen: list[BaseException] = []
+    seen: list[UnwrittenError] = []
 
     async def waiter(w: SessionWriter) -> None:
-        try:
+        with pytest.raises(UnwrittenError) as info:
             await w.append([NewEvent("k", 2)])
-        except UnwrittenError as exc:
-            assert isinstance(exc.__cause__, BrokenError)
-            seen.append(exc)
+        seen.append(info.value)
+
+    async def break_the_writer(outside: trio.Nursery) -> None:
+        async with open_runtime(store) as rt, rt.open_session("s") as w:
+            await w.append([NewEvent("k", 1)])
+            store.broken = True
+            outside.start_soon(waiter, w)
+            await trio.sleep_forever()  # the writer's death cancels this
 
     with trio.fail_after(10):
         async with trio.open_nursery() as outside:
             with pytest.raises(RuntimeError, match="a bug in the store"):
-                async with open_runtime(store) as rt, rt.open_session("s") as w:
-                    assert isinstance(w, SessionWriter)
-                    await w.append([NewEvent("k", 1)])
-                    store.broken = True
-                    outside.start_soon(waiter, w)
-                    await trio.sleep_forever()  # the writer's death cancels this
+                await break_the_writer(outside)
     assert len(seen) == 1
+    assert isinstance(seen[0].__cause__, BrokenError)
 
 
 @pytest.mark.parametrize("to_seq", [2, 5])
@@ -698,9 +715,8 @@ async def test_truncate_removing_nothing_still_waits_for_earlier_writes(to_seq: 
         open_runtime(MemoryStore(), batch_window=3600.0) as rt,
         rt.open_session("s") as w,
     ):
-        assert isinstance(w, SessionWriter)
         assert w.append_nowait([NewEvent("k", 1), NewEvent("k", 2)]) == (1, 2)
         with trio.fail_after(60):
             assert await w.truncate(to_seq) == 0
         assert w.committed_head == 2
-        assert (await rt.stat("s")).head == 2  # type: ignore[union-attr]
+        assert await stat_head(rt, "s") == 2

@@ -41,7 +41,7 @@ async def test_tail_replays_then_follows_in_order(rt: Runtime) -> None:
 
 
 async def test_tail_wakes_on_commit_without_time_passing(
-    autojump_clock: trio.testing.MockClock,
+    autojump_clock: trio.testing.MockClock,  # noqa: ARG001 (pytest-trio runs the test on it)
 ) -> None:
     """An in-process commit wakes a waiting tail at once (no polling delay)."""
     async with open_runtime(MemoryStore(), batch_window=0) as rt, rt.open_session("s") as w:

@@ -12,6 +12,7 @@ exactly what the caller was told was accepted, once each.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Awaitable, Callable
 from contextlib import AsyncExitStack
 from typing import Any
@@ -37,15 +38,20 @@ async def _writer(stack: AsyncExitStack, rt: Runtime, session_id: str) -> Sessio
     return await stack.enter_async_context(rt.open_session(session_id))
 
 
+async def _append(c: Caller, w: SessionWriter, tags: list[str]) -> None:
+    """One awaited append of ``tags`` through the contract-following caller."""
+    sid = w.session_id
+
+    async def attempt() -> int:
+        return await w.append([ev(t) for t in tags])
+
+    await c.call(attempt, lambda: c.log(sid).extend(tags), lambda: [(sid, t) for t in tags])
+
+
 async def scenario_append(c: Caller, stack: AsyncExitStack) -> None:
     w = await _writer(stack, c.rt, "s")
     for i in range(6):
-        tags = [f"a{i}.0", f"a{i}.1"]
-        await c.call(
-            lambda tags=tags: w.append([ev(t) for t in tags]),
-            lambda tags=tags: c.log("s").extend(tags),
-            lambda tags=tags: [("s", t) for t in tags],
-        )
+        await _append(c, w, [f"a{i}.0", f"a{i}.1"])
 
 
 async def scenario_append_nowait(c: Caller, stack: AsyncExitStack) -> None:
@@ -57,50 +63,39 @@ async def scenario_append_nowait(c: Caller, stack: AsyncExitStack) -> None:
             w.append_nowait([ev(t) for t in tags])
             await trio.sleep(0.01)  # let the background commit run (and maybe fail)
 
-        await c.call(attempt, lambda tags=tags: c.log("s").extend(tags))
+        await c.call(attempt, functools.partial(c.log("s").extend, tags))
 
 
 async def scenario_flush(c: Caller, stack: AsyncExitStack) -> None:
     w = await _writer(stack, c.rt, "s")
     for i in range(4):
-        tags = [f"f{i}"]
-        w.append_nowait([ev(t) for t in tags])
-        c.log("s").extend(tags)
-        await c.call(w.flush, lambda: None)
+        w.append_nowait([ev(f"f{i}")])
+        c.log("s").append(f"f{i}")
+        await c.call(w.flush, list)
 
 
 async def scenario_truncate(c: Caller, stack: AsyncExitStack) -> None:
     w = await _writer(stack, c.rt, "s")
     for i in range(3):
-        tags = [f"t{i}.{j}" for j in range(3)]
-        await c.call(
-            lambda tags=tags: w.append([ev(t) for t in tags]),
-            lambda tags=tags: c.log("s").extend(tags),
-            lambda tags=tags: [("s", t) for t in tags],
-        )
+        await _append(c, w, [f"t{i}.{j}" for j in range(3)])
         head = len(c.log("s"))
-        await c.call(lambda head=head: w.truncate(head - 1), lambda: c.log("s").pop())
+        await c.call(functools.partial(w.truncate, head - 1), c.log("s").pop)
 
 
 async def scenario_replace(c: Caller, stack: AsyncExitStack) -> None:
     w = await _writer(stack, c.rt, "s")
     for i in range(3):
-        tags = [f"r{i}.{j}" for j in range(3)]
-        await c.call(
-            lambda tags=tags: w.append([ev(t) for t in tags]),
-            lambda tags=tags: c.log("s").extend(tags),
-            lambda tags=tags: [("s", t) for t in tags],
-        )
+        await _append(c, w, [f"r{i}.{j}" for j in range(3)])
+        log = c.log("s")
+        swapped = [*log[:-2], f"x{i}"]
 
-        def swap(i: int = i) -> None:
-            del c.log("s")[-2:]
-            c.log("s").append(f"x{i}")
+        def swap(swapped: list[str] = swapped) -> None:
+            c.model["s"] = swapped
 
-        head = len(c.log("s"))
-        await c.call(lambda head=head, i=i: w.replace(head - 2, [ev(f"x{i}")]), swap)
+        await c.call(functools.partial(w.replace, len(log) - 2, [ev(f"x{i}")]), swap)
 
 
-async def scenario_close(c: Caller, stack: AsyncExitStack) -> None:
+async def scenario_close(c: Caller, _stack: AsyncExitStack) -> None:
     for i in range(3):
         tags = [f"c{i}.0", f"c{i}.1"]
 
@@ -111,8 +106,8 @@ async def scenario_close(c: Caller, stack: AsyncExitStack) -> None:
 
         await c.call(
             attempt,
-            lambda tags=tags: c.log("s").extend(tags),
-            lambda tags=tags: [("s", t) for t in tags],
+            functools.partial(c.log("s").extend, tags),
+            functools.partial(lambda tags: [("s", t) for t in tags], tags),
         )
 
 
@@ -120,15 +115,15 @@ async def scenario_append_atomic(c: Caller, stack: AsyncExitStack) -> None:
     a = await _writer(stack, c.rt, "a")
     b = await _writer(stack, c.rt, "b")
     for i in range(4):
+        parts = {a: [ev(f"ga{i}")], b: [ev(f"gb{i}")]}
+        pairs = [("a", f"ga{i}"), ("b", f"gb{i}")]
 
-        def accept(i: int = i) -> None:
-            c.log("a").append(f"ga{i}")
-            c.log("b").append(f"gb{i}")
+        def accept(pairs: list[tuple[str, str]] = pairs) -> None:
+            for sid, tag in pairs:
+                c.log(sid).append(tag)
 
         await c.call(
-            lambda i=i: c.rt.append_atomic({a: [ev(f"ga{i}")], b: [ev(f"gb{i}")]}),
-            accept,
-            lambda i=i: [("a", f"ga{i}"), ("b", f"gb{i}")],
+            functools.partial(c.rt.append_atomic, parts), accept, functools.partial(list, pairs)
         )
 
 
@@ -140,7 +135,7 @@ async def scenario_runtime_flush(c: Caller, stack: AsyncExitStack) -> None:
         b.append_nowait([ev(f"rb{i}")])
         c.log("a").append(f"ra{i}")
         c.log("b").append(f"rb{i}")
-        await c.call(c.rt.flush, lambda: None)
+        await c.call(c.rt.flush, list)
 
 
 SCENARIOS: dict[str, Scenario] = {
@@ -174,7 +169,13 @@ async def run_scenario(
 
 
 def stored(store: MemoryStore, session_id: str) -> list[str]:
-    return [e.data["tag"] for e in store.read(session_id)]  # type: ignore[index,call-overload]
+    tags = []
+    for event in store.read(session_id):
+        assert isinstance(event.data, dict)
+        tag = event.data["tag"]
+        assert isinstance(tag, str)
+        tags.append(tag)
+    return tags
 
 
 @pytest.mark.parametrize("resend", [False, True], ids=["keep", "resend"])
@@ -182,7 +183,7 @@ def stored(store: MemoryStore, session_id: str) -> list[str]:
 @pytest.mark.parametrize("where", ["first", "middle", "last"])
 @pytest.mark.parametrize("call", list(SCENARIOS))
 async def test_a_failed_batch_leaves_exactly_the_accepted_events(
-    autojump_clock: trio.testing.MockClock,
+    autojump_clock: trio.testing.MockClock,  # noqa: ARG001 (pytest-trio runs the test on it)
     call: str,
     where: str,
     ambiguous: bool,
@@ -211,7 +212,7 @@ async def test_a_failed_batch_leaves_exactly_the_accepted_events(
 
 
 async def test_a_refused_write_leaves_the_model_unchanged(
-    autojump_clock: trio.testing.MockClock,
+    autojump_clock: trio.testing.MockClock,  # noqa: ARG001 (pytest-trio runs the test on it)
 ) -> None:
     """The harness is honest: a write refused for bad input is not in the log, and the
     caller that does not resend reports it as refused."""

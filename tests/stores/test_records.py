@@ -139,4 +139,5 @@ def test_check_flag_refuses_what_is_not_a_bool(value: object) -> None:
     """A flag must be exactly True or False: truthy or falsy stand-ins are refused."""
     with pytest.raises(InvalidArgumentError, match="from_end"):
         check_flag(value, "from_end")
-    assert check_flag(True, "from_end") is True and check_flag(False, "from_end") is False
+    assert check_flag(True, "from_end") is True
+    assert check_flag(False, "from_end") is False

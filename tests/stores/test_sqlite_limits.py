@@ -89,7 +89,8 @@ def test_largest_options_are_accepted(db: str) -> None:
     try:
         assert store._conn is not None
         row = store._conn.execute("PRAGMA busy_timeout").fetchone()
-        assert row is not None and row[0] == 2**31 - 1
+        assert row is not None
+        assert row[0] == 2**31 - 1
         assert store._conn.limit(apsw.SQLITE_LIMIT_LENGTH, -1) == 1_000_000_000
         assert store.append("s", [NewEvent("k", 1)]) == 1
     finally:
@@ -104,7 +105,8 @@ def test_too_big_op_fails_alone_on_the_fast_path(limited: SqliteStore) -> None:
     fails alone with InvalidEventError (index and kind, TooBigError as cause); the others
     commit and the store stays usable."""
     results = limited.write_batch([op("a", SMALL), op("big", BIG), op("c", SMALL)])
-    assert results[0] == 1 and results[2] == 1
+    assert results[0] == 1
+    assert results[2] == 1
     error = results[1]
     assert isinstance(error, InvalidEventError)
     assert (error.index, error.kind) == (0, "k")
@@ -129,12 +131,14 @@ def test_too_big_op_fails_alone_on_the_general_path(limited: SqliteStore) -> Non
             op("a", SMALL, expected_head=1),
         ]
     )
-    assert results[0] == 2 and results[5] == 2
+    assert results[0] == 2
+    assert results[5] == 2
     for failed in results[1:5]:
         assert isinstance(failed, InvalidEventError)
     assert results[2] is results[1]
     group_error = results[3]
-    assert isinstance(group_error, InvalidEventError) and "'g2'" in str(group_error)
+    assert isinstance(group_error, InvalidEventError)
+    assert "'g2'" in str(group_error)
     assert [limited.stat(s) for s in ("big", "g1", "g2")] == [None, None, None]
     assert [e.data for e in limited.read("r")] == [1]
     assert limited.head("a") == 2

@@ -120,7 +120,8 @@ def test_writes_raise_read_only_and_leave_the_file_unchanged(db: str, reader: Sq
         with pytest.raises(ReadOnlyError):
             write()
     assert Path(db).read_bytes() == before
-    assert reader.read_only is True and reader.immutable is False
+    assert reader.read_only is True
+    assert reader.immutable is False
     assert [e.data for e in reader.read("s")] == [{"i": i} for i in range(3)]
     assert reader.check_integrity() == (True, "ok")
 
@@ -140,7 +141,8 @@ def test_reads_follow_another_connections_writes(db: str, reader: SqliteStore) -
         assert reader.read("s", limit=1, from_end=True)[0].data == {"i": 3}
         clone = reader.clone()
         try:
-            assert clone.read_only is True and clone.head("s") == 4
+            assert clone.read_only is True
+            assert clone.head("s") == 4
             with pytest.raises(ReadOnlyError):
                 clone.append("s", [NewEvent("k")])
         finally:

@@ -18,6 +18,7 @@ from typing import Any
 
 import apsw
 import pytest
+from helpers import num
 
 from stores import (
     AppendOp,
@@ -46,8 +47,8 @@ def evs(n: int, kind: str = "k", start: int = 0) -> list[NewEvent]:
     return [NewEvent(kind, {"i": i}) for i in range(start, start + n)]
 
 
-def op(session_id: str, n: int, **kwargs: object) -> AppendOp:
-    return AppendOp(session_id, tuple(prepare_events(evs(n))), **kwargs)  # type: ignore[arg-type]
+def op(session_id: str, n: int, **kwargs: Any) -> AppendOp:
+    return AppendOp(session_id, tuple(prepare_events(evs(n))), **kwargs)
 
 
 @pytest.fixture
@@ -60,8 +61,8 @@ def open_store(db: str) -> Iterator[Callable[..., SqliteStore]]:
     """Open SqliteStores on the test's file (or another path); all closed at teardown."""
     opened: list[SqliteStore] = []
 
-    def factory(path: str | None = None, **kwargs: object) -> SqliteStore:
-        store = SqliteStore(db if path is None else path, **kwargs)  # type: ignore[arg-type]
+    def factory(path: str | None = None, **kwargs: Any) -> SqliteStore:
+        store = SqliteStore(db if path is None else path, **kwargs)
         opened.append(store)
         return store
 
@@ -128,7 +129,8 @@ def test_two_instances_see_commits_and_detect_stale_head(
     with pytest.raises(ConflictError) as info:
         b.append("s", evs(1), expected_head=2)
     assert (info.value.session_id, info.value.expected, info.value.actual) == ("s", 2, 3)
-    assert b.head("s") == 3 and a.head("s") == 3
+    assert b.head("s") == 3
+    assert a.head("s") == 3
     assert b.append("s", evs(1), expected_head=3) == 4
     assert [e.seq for e in a.read("s")] == [1, 2, 3, 4]
 
@@ -400,7 +402,8 @@ def test_damaged_middle_pages_found_by_integrity_check(db: str) -> None:
     try:
         ok, detail = store.check_integrity()
         assert ok is False
-        assert detail and detail != "ok"
+        assert detail
+        assert detail != "ok"
     finally:
         store.close()
 
@@ -439,7 +442,8 @@ def test_write_batch_conflict_fails_alone(open_store: Callable[..., SqliteStore]
     results = store.write_batch(
         [op("a", 2, expected_head=1), op("b", 2, expected_head=0), op("c", 3, expected_head=1)]
     )
-    assert results[0] == 3 and results[2] == 4
+    assert results[0] == 3
+    assert results[2] == 4
     error = results[1]
     assert isinstance(error, ConflictError)
     assert (error.session_id, error.expected, error.actual) == ("b", 0, 1)
@@ -457,10 +461,13 @@ def test_write_batch_fencing_fails_alone(open_store: Callable[..., SqliteStore])
         [op("a", 1, owner="token-1"), op("b", 1, owner="token-2"), op("c", 1, owner="token-1")]
     )
     assert results[0] == 1
-    assert isinstance(results[1], OwnershipLostError) and results[1].session_id == "b"
-    assert isinstance(results[2], OwnershipLostError) and results[2].session_id == "c"
+    assert isinstance(results[1], OwnershipLostError)
+    assert results[1].session_id == "b"
+    assert isinstance(results[2], OwnershipLostError)
+    assert results[2].session_id == "c"
     assert (store.head("a"), store.head("b"), store.head("c")) == (1, 0, 0)
-    assert store.stat("b") is None and store.stat("c") is None
+    assert store.stat("b") is None
+    assert store.stat("c") is None
 
 
 @pytest.mark.parametrize("from_end", [False, True])
@@ -540,7 +547,8 @@ def test_fast_path_sees_its_own_other_writes(open_store: Callable[..., SqliteSto
     head = _warm(store, "s")
     assert store.truncate("s", 0) == head
     (error,) = store.write_batch([op("s", 1, expected_head=head)])
-    assert isinstance(error, ConflictError) and error.actual == 0
+    assert isinstance(error, ConflictError)
+    assert error.actual == 0
     assert store.write_batch([op("s", 1, expected_head=0)]) == [1]
     assert store.head("s") == 1
 
@@ -550,7 +558,7 @@ def test_fast_path_sees_its_own_other_writes(open_store: Callable[..., SqliteSto
 
 @pytest.mark.parametrize(("synchronous", "level"), [("normal", 1), ("full", 2)])
 def test_sync_keeps_configured_synchronous(
-    db: str, open_store: Callable[..., SqliteStore], synchronous: str, level: int
+    open_store: Callable[..., SqliteStore], synchronous: str, level: int
 ) -> None:
     """sync() and write_batch(..., sync=True) work and leave PRAGMA synchronous as configured."""
     store = open_store(synchronous=synchronous)
@@ -599,12 +607,13 @@ def test_invalid_last_event_writes_nothing(open_store: Callable[..., SqliteStore
     store.append("s", evs(2))
     version = observer.data_version()
     with pytest.raises(InvalidEventError) as info:
-        store.append("s", [*evs(2), NewEvent("bad", {"x": (1, 2)})])  # type: ignore[dict-item]
+        store.append("s", [*evs(2), NewEvent("bad", {"x": (1, 2)})])  # type: ignore[dict-item]  # bad input under test
     assert (info.value.index, info.value.kind) == (2, "bad")
     with pytest.raises(InvalidEventError):
         store.append("new", [NewEvent("ok"), NewEvent("bad", float("nan"))])
     assert observer.data_version() == version
-    assert store.head("s") == 2 and store.stat("new") is None
+    assert store.head("s") == 2
+    assert store.stat("new") is None
 
 
 @pytest.fixture
@@ -639,7 +648,9 @@ def test_append_failing_midway_leaves_database_unchanged(
         store.write_batch([op("t", 2), AppendOp("u", tuple(prepare_events([NewEvent("trap")])))])
     assert dump(conn) == before
     assert observer.data_version() == version
-    assert store.head("s") == 5 and store.head("t") == 1 and store.stat("u") is None
+    assert store.head("s") == 5
+    assert store.head("t") == 1
+    assert store.stat("u") is None
     assert store.append("s", evs(1)) == 6  # the connection is usable afterwards
 
 
@@ -691,11 +702,11 @@ def test_open_errors_are_tidelog_errors(tmp_path: Path) -> None:
     with pytest.raises(InvalidArgumentError):
         SqliteStore("")
     with pytest.raises(InvalidArgumentError):
-        SqliteStore(tmp_path / "a.db", synchronous="off")  # type: ignore[arg-type]
+        SqliteStore(tmp_path / "a.db", synchronous="off")  # type: ignore[arg-type]  # bad input under test
     with pytest.raises(InvalidArgumentError):
         SqliteStore(tmp_path / "b.db", busy_timeout_ms=-1)
     with pytest.raises(InvalidArgumentError):
-        SqliteStore(42)  # type: ignore[arg-type]
+        SqliteStore(42)  # type: ignore[arg-type]  # bad input under test
     assert sorted(os.listdir(tmp_path)) == []
 
 
@@ -780,7 +791,7 @@ def test_subprocess_appends_are_seen_by_parent(
     assert child.returncode == 0, err
     assert "child done" in out
     events = parent.read("shared")
-    assert [(e.data["i"], e.data["j"]) for e in events] == [  # type: ignore[index,call-overload]
+    assert [(num(e, "i"), num(e, "j")) for e in events] == [
         (i, j) for i in range(10) for j in (0, 1)
     ]
     assert parent.head("shared") == 20
@@ -790,7 +801,8 @@ def test_subprocess_appends_are_seen_by_parent(
 def test_errors_are_tidelog_errors() -> None:
     """Every error class the SQLite store raises derives from TidelogError, not apsw.Error."""
     for cls in (StoreBusyError, StoreCorruptError, StoreIOError, UnsupportedFormatError):
-        assert issubclass(cls, TidelogError) and not issubclass(cls, apsw.Error)
+        assert issubclass(cls, TidelogError)
+        assert not issubclass(cls, apsw.Error)
 
 
 def test_version_1_file_is_migrated_to_current(tmp_path: Path) -> None:
@@ -971,6 +983,6 @@ def test_sigkill_during_checkpoints_loses_nothing(db: str) -> None:
     try:
         events = store.read("s")
         assert len(events) >= acknowledged
-        assert [e.data["i"] for e in events] == list(range(1, len(events) + 1))  # type: ignore[index,call-overload]
+        assert [num(e, "i") for e in events] == list(range(1, len(events) + 1))
     finally:
         store.close()

@@ -11,7 +11,7 @@ from stores.conformance import DurableStoreConformance, StoreConformance
 class TestMemoryStore(StoreConformance):
     """The in-memory backend (not durable: no reopen cases)."""
 
-    def make_store(self, tmp_path: pathlib.Path) -> Store:
+    def make_store(self, tmp_path: pathlib.Path) -> Store:  # noqa: ARG002 (memory needs no files)
         return MemoryStore()
 
 
