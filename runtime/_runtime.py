@@ -32,6 +32,7 @@ from stores import (
     InvalidSessionIdError,
     NewEvent,
     Pin,
+    PreparedEvent,
     SessionExistsError,
     SessionInfo,
     SessionNotFoundError,
@@ -410,7 +411,7 @@ class Runtime:
         queued; :class:`UnwrittenError`)."""
         self._check_open()
         expected = dict(expected_heads or {})
-        parts: list[tuple[SessionActor, Sequence[object], int | None]] = []
+        parts: list[tuple[SessionActor, Sequence[PreparedEvent], int | None]] = []
         for handle, events in appends.items():
             if not isinstance(handle, SessionWriter) or handle._runtime is not self:
                 raise InvalidArgumentError("append_atomic takes writer handles of this runtime")
@@ -420,7 +421,7 @@ class Runtime:
             parts.append((handle._live_actor(), prepare_events(events), head))
         if expected:
             raise InvalidArgumentError("expected_heads names a handle that appends nothing")
-        group = GroupWrite.enqueue(parts)  # type: ignore[arg-type]
+        group = GroupWrite.enqueue(parts)
         with trio.CancelScope(shield=True):
             heads = await group.wait()
         return {actor.session_id: head for (actor, _, _), head in zip(parts, heads, strict=True)}

@@ -20,6 +20,7 @@ from ._agent import (
 from ._checkpoints import (
     Checkpointer,
     CheckpointOptions,
+    IfRunExists,
     MemoryCheckpointer,
     RunHead,
     RunInfo,
@@ -81,6 +82,7 @@ __all__ = [
     "FunctionTool",
     "Handoff",
     "History",
+    "IfRunExists",
     "MaxTurnsExceededError",
     "MemoryCheckpointer",
     "MemoryHistory",

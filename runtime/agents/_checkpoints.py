@@ -45,6 +45,7 @@ from ._transcript import Entry, entry_from_json, entry_from_stored, entry_to_eve
 
 __all__ = [
     "IF_RUN_EXISTS",
+    "IfRunExists",
     "CheckpointOptions",
     "Checkpointer",
     "MemoryCheckpointer",
@@ -102,7 +103,9 @@ class RunHead:
     ``turns`` (model turns so far, 0), ``status`` (``"running"``), ``output`` (the final
     output once completed, ``None``), ``error`` (``{"type", "message"}`` once failed,
     ``None``), ``context_state`` (opaque state of the context strategy, ``None``),
-    ``updated_at`` (seconds since the epoch, 0.0).
+    ``updated_at`` (seconds since the epoch, 0.0), ``session_id`` (the conversation the run
+    belongs to, ``None`` for a run without one: rewinding a conversation deletes only the
+    checkpoints of its own runs, never those of a parent it was forked from).
     """
 
     agent: str
@@ -161,7 +164,10 @@ class RunHead:
             if name in obj:
                 fields[name] = obj[name]
         if "updated_at" in obj:
-            fields["updated_at"] = float(obj["updated_at"])  # type: ignore[arg-type]
+            updated_at = obj["updated_at"]
+            if not isinstance(updated_at, int | float) or isinstance(updated_at, bool):
+                raise InvalidArgumentError(f"not a stored RunHead: updated_at {updated_at!r}")
+            fields["updated_at"] = float(updated_at)
         return cls(**fields)
 
 
