@@ -45,9 +45,9 @@ from ._transcript import Entry, entry_from_json, entry_from_stored, entry_to_eve
 
 __all__ = [
     "IF_RUN_EXISTS",
-    "IfRunExists",
     "CheckpointOptions",
     "Checkpointer",
+    "IfRunExists",
     "MemoryCheckpointer",
     "RunHead",
     "RunInfo",
