@@ -85,6 +85,8 @@ class GroupCommitWriter:
         self.running = False
         #: Set when the runtime closes (stops) the writer on purpose.
         self.closed = False
+        #: A non-blocking store (memory), called on the event loop (see StoreLane).
+        self._inline = not getattr(lane.store, "blocking", True)
         #: A store that fsyncs every commit (SQLite ``synchronous="full"``).
         self._every_commit_syncs = getattr(lane.store, "synchronous", None) == "full"
         self._next_batch = 1
@@ -178,8 +180,12 @@ class GroupCommitWriter:
         self.running = True
         try:
             while True:
-                with trio.move_on_at(self._next_retry()):
+                retry = self._next_retry()
+                if retry == math.inf:  # the usual case: no backed-off retry to wake for
                     await self._wake.wait()
+                else:
+                    with trio.move_on_at(retry):
+                        await self._wake.wait()
                 if self.batch_window > 0 and not self._urgent.is_set():
                     with trio.move_on_after(self.batch_window):
                         await self._urgent.wait()
@@ -237,8 +243,14 @@ class GroupCommitWriter:
         self._next_batch += 1
         self._sync_requested = False
         try:
-            write_batch = functools.partial(self.lane.store.write_batch, sync=sync)
-            results = await self.lane.run(write_batch, ops)
+            if self._inline:
+                # A non-blocking store (memory) is called right here: no hop, and no
+                # extra trip through the scheduler (the loop yields at its next wait).
+                self.lane.calls += 1
+                results = self.lane.store.write_batch(ops, sync=sync)
+            else:
+                write_batch = functools.partial(self.lane.store.write_batch, sync=sync)
+                results = await self.lane.run(write_batch, ops)
         except TidelogError as exc:
             self._failed += 1
             now = trio.current_time()
