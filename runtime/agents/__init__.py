@@ -5,18 +5,7 @@ Written only against the public session runtime (``runtime``): any program could
 the same on it.
 """
 
-from ._agent import (
-    Agent,
-    FunctionTool,
-    Model,
-    ModelRequest,
-    ModelResponse,
-    RequestedCall,
-    RunContext,
-    ScriptedModel,
-    Usage,
-    function_tool,
-)
+from ._agent import Agent
 from ._checkpoints import (
     Checkpointer,
     CheckpointOptions,
@@ -36,24 +25,40 @@ from ._errors import (
     RunExistsError,
     RunNotFoundError,
 )
-from ._fork import check_fork_point, fork_conversation
-from ._history import History, MemoryHistory, RuntimeHistory, Segment
-from ._projections import ConversationProjection, TurnsProjection, agent_projections
-from ._registry import checkpoints, history
-from ._runner import (
-    TOOL_OUTCOME_UNKNOWN,
+from ._events import (
     Handoff,
     ModelTurn,
     RunCompleted,
     RunEvent,
     RunFailed,
     RunHooks,
-    Runner,
     RunResult,
     RunStarted,
     ToolFinished,
     ToolStarted,
 )
+from ._fork import check_fork_point, fork_conversation
+from ._history import History, MemoryHistory, RuntimeHistory, Segment
+from ._loop import TOOL_OUTCOME_UNKNOWN
+from ._models import (
+    UNPARSED_ARGUMENTS,
+    Model,
+    ModelRequest,
+    ModelResponse,
+    ModelStreamEvent,
+    RequestedCall,
+    ScriptedModel,
+    StreamingModel,
+    StreamRestarted,
+    TextDelta,
+    ToolCallDelta,
+    Usage,
+)
+from ._output import OutputValidationError
+from ._projections import ConversationProjection, TurnsProjection, agent_projections
+from ._registry import checkpoints, history
+from ._runner import Runner
+from ._tools import FunctionTool, RunContext, ToolArgumentsError, function_tool
 from ._transcript import (
     AssistantMessage,
     Entry,
@@ -69,6 +74,7 @@ from ._transcript import (
 
 __all__ = [
     "TOOL_OUTCOME_UNKNOWN",
+    "UNPARSED_ARGUMENTS",
     "Agent",
     "AgentNotFoundError",
     "AssistantMessage",
@@ -86,7 +92,9 @@ __all__ = [
     "Model",
     "ModelRequest",
     "ModelResponse",
+    "ModelStreamEvent",
     "ModelTurn",
+    "OutputValidationError",
     "RequestedCall",
     "RunCompleted",
     "RunContext",
@@ -107,7 +115,12 @@ __all__ = [
     "ScriptedModel",
     "Segment",
     "SidecarEntry",
+    "StreamRestarted",
+    "StreamingModel",
+    "TextDelta",
+    "ToolArgumentsError",
     "ToolCall",
+    "ToolCallDelta",
     "ToolFinished",
     "ToolResult",
     "ToolStarted",
