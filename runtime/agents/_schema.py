@@ -183,8 +183,11 @@ def _strict(node: JSON, *, top: bool = False) -> JSON:
             raise _NotStrict
         for name in optional:
             prop = properties[name]
-            if not _allows_null(prop):
-                properties[name] = {"anyOf": [prop, {"type": "null"}]}
+            if not _allows_null(prop) and isinstance(prop, dict):
+                inner = dict(prop)
+                keys = ("title", "description", "default")
+                outer: dict[str, JSON] = {k: inner.pop(k) for k in keys if k in prop}
+                properties[name] = {**outer, "anyOf": [inner, {"type": "null"}]}
         out["required"] = list(properties)
         out["additionalProperties"] = False
     return out
