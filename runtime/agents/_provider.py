@@ -23,6 +23,7 @@ from __future__ import annotations
 import email.utils
 import logging
 import random
+import sys
 import time
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
 from contextlib import aclosing
@@ -144,6 +145,12 @@ def translate(provider: str, sdk: Any, exc: BaseException, attempts: int) -> Fai
         return Failure(error, after)
     if isinstance(exc, sdk.APIError):  # an error event inside a stream
         return Failure(ModelServerError(provider, message, retryable=True, **kw), None)
+    for name in ("httpx2", "httpx"):  # the SDK's HTTP client, raising mid-stream unwrapped
+        httpx = sys.modules.get(name)
+        if httpx is not None and isinstance(exc, httpx.TimeoutException):
+            return Failure(ModelTimeoutError(provider, message, retryable=True, **kw), None)
+        if httpx is not None and isinstance(exc, httpx.TransportError):
+            return Failure(ModelConnectionError(provider, message, retryable=True, **kw), None)
     if isinstance(exc, ValueError | KeyError | TypeError | AttributeError):
         return Failure(ModelResponseError(provider, f"unreadable answer: {message}", **kw), None)
     return None
