@@ -137,3 +137,25 @@ def test_output_type_without_a_schema_is_refused() -> None:
         Agent("a", "x", output_type=object())
     with pytest.raises(InvalidArgumentError, match="JSON schema"):
         Agent("a", "x", output_type={"type": 12})
+
+
+async def test_older_usage_and_heads_still_load(rt: Runtime) -> None:
+    """A head and an assistant entry stored before cached tokens existed load as they
+    were (cached_tokens 0), and a run resumed from that head adds to them."""
+    from runtime.agents import AssistantMessage, RunHead, Usage, UserMessage
+
+    old_usage = {"requests": 1, "input_tokens": 10, "output_tokens": 5}
+    assert Usage.from_json(old_usage) == Usage(1, 10, 5, 0)
+    entry = AssistantMessage("hi", agent="a", usage={"input_tokens": 10, "output_tokens": 5})
+    head = RunHead.from_json({"v": 1, "agent": "a", "usage": old_usage, "turns": 1})
+    await checkpoints(rt).append("old", [UserMessage("x"), entry], head)
+    snap = await checkpoints(rt).load("old")
+    assert snap is not None and snap.entries[1] == entry
+    model = ScriptedModel([ModelResponse('{"value": 1, "reason": "r"}', usage=Usage(1, 3, 2, 1))])
+    result = await Runner.run(
+        Agent("a", "x", model=model, output_type=Score),
+        "x",
+        runtime=rt,
+        checkpoint=CheckpointOptions(checkpoints(rt), "old"),
+    )
+    assert result.usage == Usage(2, 13, 7, 1)
