@@ -121,6 +121,8 @@ class AnthropicModel(ProviderModel):
     """
 
     provider = "anthropic"
+    client_class = "AsyncAnthropic"
+    sdk = anthropic
 
     def __init__(
         self,
@@ -134,19 +136,14 @@ class AnthropicModel(ProviderModel):
         timeout: float = 60.0,
         settings: dict[str, Any] | None = None,
     ) -> None:
-        owns = client is None
-        if client is None:
-            client = anthropic.AsyncAnthropic(
-                base_url=base_url, api_key=api_key, max_retries=0, timeout=timeout
-            )
         super().__init__(
             model,
-            client,
-            owns_client=owns,
-            sdk=anthropic,
+            client=client,
+            base_url=base_url,
+            api_key=api_key,
             retry=retry,
             timeout=timeout,
-            settings=settings or {},
+            settings=settings,
         )
         self.max_tokens = max_tokens
 

@@ -132,6 +132,8 @@ class OpenAIChatModel(ProviderModel):
     """
 
     provider = "openai"
+    client_class = "AsyncOpenAI"
+    sdk = openai
 
     def __init__(
         self,
@@ -145,19 +147,14 @@ class OpenAIChatModel(ProviderModel):
         stream_usage: bool = True,
         settings: dict[str, Any] | None = None,
     ) -> None:
-        owns = client is None
-        if client is None:
-            client = openai.AsyncOpenAI(
-                base_url=base_url, api_key=api_key, max_retries=0, timeout=timeout
-            )
         super().__init__(
             model,
-            client,
-            owns_client=owns,
-            sdk=openai,
+            client=client,
+            base_url=base_url,
+            api_key=api_key,
             retry=retry,
             timeout=timeout,
-            settings=settings or {},
+            settings=settings,
         )
         self.stream_usage = stream_usage
 

@@ -115,6 +115,8 @@ class OpenAIResponsesModel(ProviderModel):
     """
 
     provider = "openai"
+    client_class = "AsyncOpenAI"
+    sdk = openai
 
     def __init__(
         self,
@@ -127,19 +129,14 @@ class OpenAIResponsesModel(ProviderModel):
         timeout: float = 60.0,
         settings: dict[str, Any] | None = None,
     ) -> None:
-        owns = client is None
-        if client is None:
-            client = openai.AsyncOpenAI(
-                base_url=base_url, api_key=api_key, max_retries=0, timeout=timeout
-            )
         super().__init__(
             model,
-            client,
-            owns_client=owns,
-            sdk=openai,
+            client=client,
+            base_url=base_url,
+            api_key=api_key,
             retry=retry,
             timeout=timeout,
-            settings=settings or {},
+            settings=settings,
         )
 
     def arguments(self, request: ModelRequest) -> dict[str, Any]:

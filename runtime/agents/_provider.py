@@ -175,23 +175,15 @@ async def retry_call(
     call: Callable[[], Awaitable[ModelResponse]],
 ) -> ModelResponse:
     """``call()`` with retries; raises the last failure as a :class:`ModelError`."""
-    deadline = trio.current_time() + policy.budget
-    attempt = 0
-    while True:
-        attempt += 1
-        try:
-            return await call()
-        except Exception as exc:
-            failure = translate(provider, sdk, exc, attempt)
-            if failure is None:
-                raise
-            wait = _next_wait(policy, failure, attempt, deadline)
-            if wait is None:
-                raise failure.error from exc
-        logger.info(
-            "%s: attempt %d failed (%s); retrying in %.2fs", provider, attempt, failure.error, wait
-        )
-        await trio.sleep(wait)
+
+    async def once() -> AsyncIterator[ModelStreamEvent]:
+        yield await call()
+
+    async with aclosing(retry_stream(provider, sdk, policy, once)) as events:
+        async for event in events:
+            if isinstance(event, ModelResponse):
+                return event
+    raise AssertionError("unreachable: the call returned no response")  # pragma: no cover
 
 
 async def retry_stream(
@@ -236,16 +228,21 @@ class ProviderModel:
 
     provider: str = ""
 
+    #: The SDK module (``openai``, ``anthropic``): its exceptions are translated.
+    sdk: Any = None
+    #: The SDK's async client class, by name.
+    client_class: str = ""
+
     def __init__(
         self,
         model: str,
-        client: Any,
         *,
-        owns_client: bool,
-        sdk: Any,
+        client: Any,
+        base_url: str | None,
+        api_key: str | None,
         retry: RetryPolicy | None,
         timeout: float,
-        settings: dict[str, Any],
+        settings: dict[str, Any] | None,
     ) -> None:
         if not isinstance(model, str) or not model:
             raise InvalidArgumentError(f"model must be a non-empty str: {model!r}")
@@ -255,23 +252,31 @@ class ProviderModel:
         if not isinstance(timeout, int | float) or not timeout > 0:
             raise InvalidArgumentError(f"timeout must be a positive number: {timeout!r}")
         self.model = model
-        self.client = client if owns_client else client.with_options(max_retries=0)
+        self._owns = client is None
+        if client is None:
+            self.client = self.new_client(base_url=base_url, api_key=api_key, timeout=timeout)
+        else:
+            self.client = client.with_options(max_retries=0)
         self.retry = retry
         self.timeout = float(timeout)
-        self.settings = dict(settings)
-        self._owns = owns_client
-        self._sdk = sdk
+        self.settings = dict(settings or {})
+
+    def new_client(self, *, base_url: str | None, api_key: str | None, timeout: float) -> Any:
+        """The SDK client the adapter makes (and owns) when none is given; its retries
+        off. (Both SDKs' async clients take the same arguments.)"""
+        make = getattr(
+            self.sdk, "AsyncAnthropic" if self.provider == "anthropic" else "AsyncOpenAI"
+        )
+        return make(base_url=base_url, api_key=api_key, max_retries=0, timeout=timeout)
 
     async def respond(self, request: ModelRequest) -> ModelResponse:
         """Answer one request (with retries). Raises :class:`ModelError`."""
-        return await retry_call(self.provider, self._sdk, self.retry, lambda: self._once(request))
+        return await retry_call(self.provider, self.sdk, self.retry, lambda: self._once(request))
 
     def stream(self, request: ModelRequest) -> AsyncGenerator[ModelStreamEvent, None]:
         """Stream one answer (with retries): deltas, then the :class:`ModelResponse`.
         Raises :class:`ModelError`."""
-        return retry_stream(
-            self.provider, self._sdk, self.retry, lambda: self._stream_once(request)
-        )
+        return retry_stream(self.provider, self.sdk, self.retry, lambda: self._stream_once(request))
 
     async def _once(self, request: ModelRequest) -> ModelResponse:
         raise NotImplementedError
