@@ -6,6 +6,7 @@ importing it here.
 """
 
 from . import (
+    agent_turn,
     baseline,
     cold_load,
     disk,
@@ -19,6 +20,7 @@ from . import (
 )
 
 __all__ = [
+    "agent_turn",
     "baseline",
     "cold_load",
     "disk",

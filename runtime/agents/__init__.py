@@ -5,18 +5,10 @@ Written only against the public session runtime (``runtime``): any program could
 the same on it.
 """
 
-from ._agent import (
-    Agent,
-    FunctionTool,
-    Model,
-    ModelRequest,
-    ModelResponse,
-    RequestedCall,
-    RunContext,
-    ScriptedModel,
-    Usage,
-    function_tool,
-)
+import importlib
+from typing import TYPE_CHECKING
+
+from ._agent import Agent
 from ._checkpoints import (
     Checkpointer,
     CheckpointOptions,
@@ -34,28 +26,52 @@ from ._errors import (
     AgentNotFoundError,
     ForkPointError,
     MaxTurnsExceededError,
+    ModelConnectionError,
+    ModelError,
+    ModelRateLimitError,
+    ModelRequestError,
+    ModelResponseError,
+    ModelServerError,
+    ModelTimeoutError,
     RunExistsError,
     RunNotFoundError,
 )
-from ._fork import check_fork_point, fork_conversation
-from ._history import History, MemoryHistory, Segment
-from ._projections import ConversationProjection, TurnsProjection, agent_projections
-from ._registry import checkpoints, history
-from ._runner import (
-    TOOL_OUTCOME_UNKNOWN,
+from ._events import (
     Handoff,
     ModelTurn,
     RunCompleted,
     RunEvent,
     RunFailed,
     RunHooks,
-    Runner,
     RunResult,
     RunStarted,
     ToolFinished,
     ToolStarted,
 )
+from ._fork import check_fork_point, fork_conversation
+from ._history import History, MemoryHistory, Segment
+from ._loop import TOOL_OUTCOME_UNKNOWN
+from ._models import (
+    UNPARSED_ARGUMENTS,
+    Model,
+    ModelRequest,
+    ModelResponse,
+    ModelStreamEvent,
+    RequestedCall,
+    ScriptedModel,
+    StreamingModel,
+    StreamRestarted,
+    TextDelta,
+    ToolCallDelta,
+    Usage,
+)
+from ._output import OutputValidationError
+from ._projections import ConversationProjection, TurnsProjection, agent_projections
+from ._provider import RetryPolicy
+from ._registry import checkpoints, history
+from ._runner import Runner
 from ._runtime_history import RuntimeHistory
+from ._tools import FunctionTool, RunContext, ToolArgumentsError, function_tool
 from ._transcript import (
     AssistantMessage,
     Entry,
@@ -69,10 +85,17 @@ from ._transcript import (
     pending_tool_calls,
 )
 
+if TYPE_CHECKING:  # imported lazily at run time (see __getattr__)
+    from ._anthropic import AnthropicModel
+    from ._openai import OpenAIChatModel
+    from ._openai_responses import OpenAIResponsesModel
+
 __all__ = [
     "TOOL_OUTCOME_UNKNOWN",
+    "UNPARSED_ARGUMENTS",
     "Agent",
     "AgentNotFoundError",
+    "AnthropicModel",
     "AssistantMessage",
     "CheckpointOptions",
     "Checkpointer",
@@ -87,10 +110,22 @@ __all__ = [
     "MemoryCheckpointer",
     "MemoryHistory",
     "Model",
+    "ModelConnectionError",
+    "ModelError",
+    "ModelRateLimitError",
     "ModelRequest",
+    "ModelRequestError",
     "ModelResponse",
+    "ModelResponseError",
+    "ModelServerError",
+    "ModelStreamEvent",
+    "ModelTimeoutError",
     "ModelTurn",
+    "OpenAIChatModel",
+    "OpenAIResponsesModel",
+    "OutputValidationError",
     "RequestedCall",
+    "RetryPolicy",
     "RunCompleted",
     "RunContext",
     "RunEvent",
@@ -110,7 +145,12 @@ __all__ = [
     "ScriptedModel",
     "Segment",
     "SidecarEntry",
+    "StreamRestarted",
+    "StreamingModel",
+    "TextDelta",
+    "ToolArgumentsError",
     "ToolCall",
+    "ToolCallDelta",
     "ToolFinished",
     "ToolResult",
     "ToolStarted",
@@ -131,9 +171,34 @@ __all__ = [
     "pending_tool_calls",
 ]
 
+#: The provider adapters, imported on first use: each needs its SDK (an optional extra).
+_ADAPTERS = {
+    "OpenAIChatModel": ("._openai", "openai"),
+    "OpenAIResponsesModel": ("._openai_responses", "openai"),
+    "AnthropicModel": ("._anthropic", "anthropic"),
+}
+
+
+def __getattr__(name: str) -> object:
+    """Import a provider adapter when it is first asked for."""
+    if name not in _ADAPTERS:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    module_name, extra = _ADAPTERS[name]
+    try:
+        module = importlib.import_module(module_name, __name__)
+    except ImportError as exc:
+        raise ImportError(
+            f"{name} needs the {extra!r} SDK: pip install 'tidelog[{extra}]'"
+        ) from exc
+    adapter = getattr(module, name)
+    adapter.__module__ = __name__
+    globals()[name] = adapter
+    return adapter
+
+
 # Public names report their public home (``runtime.agents.Agent``, not ``..._agent``).
 for _name in __all__:
-    _obj = globals()[_name]
+    _obj = globals().get(_name)
     if getattr(_obj, "__module__", "").startswith(__name__ + "._"):
         _obj.__module__ = __name__
 del _name, _obj

@@ -1,4 +1,5 @@
-"""The agent layer's errors: runs, agents and fork points (all :class:`~stores.TidelogError`)."""
+"""The agent layer's errors: runs, agents, fork points and model providers (all
+:class:`~stores.TidelogError`)."""
 
 from __future__ import annotations
 
@@ -8,6 +9,13 @@ __all__ = [
     "AgentNotFoundError",
     "ForkPointError",
     "MaxTurnsExceededError",
+    "ModelConnectionError",
+    "ModelError",
+    "ModelRateLimitError",
+    "ModelRequestError",
+    "ModelResponseError",
+    "ModelServerError",
+    "ModelTimeoutError",
     "RunExistsError",
     "RunNotFoundError",
 ]
@@ -70,3 +78,60 @@ class MaxTurnsExceededError(TidelogError):
         self.run_id = run_id
         self.max_turns = max_turns
         super().__init__(f"run {run_id!r} exceeded {max_turns} turns")
+
+
+class ModelError(TidelogError):
+    """A model provider's request failed for good (after the retries its
+    :class:`~runtime.agents.RetryPolicy` allows, if the failure is retryable). The run
+    fails: its checkpoint records this error's type and message, and re-issuing the run
+    resumes it (the turn is asked again). Raised ``from`` the SDK's own exception.
+
+    Fields: ``provider`` (``"openai"``, ``"anthropic"``), ``status`` (the HTTP status, or
+    ``None`` without one), ``attempts`` (requests made), ``retryable`` (whether this kind
+    of failure is retried: false means a retry could not help, e.g. a bad request or an
+    invalid key). Subclasses say what failed."""
+
+    def __init__(
+        self,
+        provider: str,
+        message: str,
+        *,
+        status: int | None = None,
+        attempts: int = 1,
+        retryable: bool = False,
+    ) -> None:
+        self.provider = provider
+        self.status = status
+        self.attempts = attempts
+        self.retryable = retryable
+        self.message = message
+        where = f"{provider}" + (f" HTTP {status}" if status is not None else "")
+        tries = f" (after {attempts} attempts)" if attempts > 1 else ""
+        super().__init__(f"{where}: {message}{tries}")
+
+
+class ModelTimeoutError(ModelError):
+    """The provider did not answer (or stopped streaming) within the timeout."""
+
+
+class ModelConnectionError(ModelError):
+    """The connection to the provider failed or broke (also mid-stream)."""
+
+
+class ModelRateLimitError(ModelError):
+    """HTTP 429: too many requests or tokens. Its ``Retry-After`` was honoured while the
+    retry budget allowed."""
+
+
+class ModelServerError(ModelError):
+    """HTTP 5xx (or 408/409), or an error event in the middle of a stream."""
+
+
+class ModelRequestError(ModelError):
+    """HTTP 4xx other than 408, 409 and 429: the request itself is refused (bad request,
+    authentication, permission, not found). Not retried: fix the request or the key."""
+
+
+class ModelResponseError(ModelError):
+    """The provider's answer could not be read: a malformed body or an unexpected shape.
+    Not retried within the turn; re-issuing the run asks again."""

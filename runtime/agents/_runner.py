@@ -1,452 +1,30 @@
-"""The agent run loop: model turns, tools, handoffs, checkpoint barriers, exact recovery.
-
-Barriers (what is durable when):
-
-* before every model request the runtime is flushed, so the request's inputs -- the
-  history and every checkpointed entry -- are durable;
-* the checkpoint is saved after each model turn (the assistant message and its tool
-  calls) and after each tool result (in completion order);
-* a tool body starts only after a ``tool_started`` record for its call is checkpointed and
-  flushed, so recovery can tell "never started" from "may have run".
-
-Resume settles every call left without a result: never started -> it runs; started and
-the tool is idempotent -> it runs again; started and not idempotent -> a
-``TOOL_OUTCOME_UNKNOWN`` error result tells the model to verify before retrying. A
-completed run is *replayed*: only the terminal event, no model call, no hooks, the stored
-output, and the history append re-applied (idempotently).
-"""
+"""The :class:`Runner`: start, resume or replay a run (the loop itself is ``_loop``)."""
 
 from __future__ import annotations
 
 import logging
-import time
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import AsyncExitStack, asynccontextmanager
-from typing import Any, Literal
+from typing import Any
 
-import attrs
 import trio
 
-from runtime import JSON, CommitPendingError, InvalidArgumentError, Runtime
+from runtime import JSON, InvalidArgumentError, Runtime
 from stores import validate_session_id
 
-from ._agent import Agent, FunctionTool, ModelRequest, RunContext, Usage
-from ._checkpoints import (
-    CheckpointOptions,
-    RunHead,
-    RunSnapshot,
-    RuntimeCheckpointer,
-    begin_run,
-)
-from ._completion import finish_run
-from ._errors import AgentNotFoundError, MaxTurnsExceededError
+from ._agent import Agent
+from ._checkpoints import CheckpointOptions, RunSnapshot, begin_run
+from ._events import NO_HOOKS, RunCompleted, RunEvent, RunFailed, RunHooks, RunResult
 from ._history import History
+from ._loop import Run, drive
+from ._models import Usage
 from ._registry import history as runtime_history
-from ._transcript import (
-    AssistantMessage,
-    Entry,
-    SidecarEntry,
-    ToolCall,
-    ToolResult,
-    UserMessage,
-    pending_tool_calls,
-)
+from ._transcript import Entry, UserMessage
 
-__all__ = [
-    "TOOL_OUTCOME_UNKNOWN",
-    "Handoff",
-    "ModelTurn",
-    "RunCompleted",
-    "RunEvent",
-    "RunFailed",
-    "RunHooks",
-    "RunResult",
-    "RunStarted",
-    "Runner",
-    "ToolFinished",
-    "ToolStarted",
-]
+__all__ = ["Runner"]
 
 logger = logging.getLogger("tidelog")
-
-#: Error code of the result given to a non-idempotent call whose body may have run.
-TOOL_OUTCOME_UNKNOWN = "TOOL_OUTCOME_UNKNOWN"
-#: Sidecar kind recorded (checkpointed and flushed) before a tool body may start.
-_STARTED = "tool_started"
-#: Sidecar kind recorded when a run is interrupted after a call's ``tool_started`` record
-#: but before its body was dispatched: the call never ran, so a resume runs it.
-_ABORTED = "tool_aborted"
-
-
-def unknown_outcome_text(call: ToolCall) -> str:
-    """The result text of a call whose outcome is unknown after a crash."""
-    return (
-        f"{TOOL_OUTCOME_UNKNOWN}: the tool {call.name!r} (call {call.call_id}) started before "
-        "the host crashed and did not record a result. It may or may not have taken effect. "
-        "Verify the outcome before retrying; do not assume it failed."
-    )
-
-
-# -- events and results --------------------------------------------------------------------
-
-
-@attrs.frozen
-class RunResult:
-    """What a run produced. ``finish_reason`` is ``"stop"`` (the model answered without
-    calling tools) or ``None`` for a replay of a completed run (not persisted)."""
-
-    run_id: str
-    output: JSON
-    entries: tuple[Entry, ...]
-    usage: Usage
-    agent: str
-    finish_reason: str | None
-
-
-@attrs.frozen
-class RunStarted:
-    run_id: str
-    agent: str
-    mode: Literal["new", "resumed"]
-
-
-@attrs.frozen
-class ModelTurn:
-    agent: str
-    entries: tuple[Entry, ...]
-
-
-@attrs.frozen
-class ToolStarted:
-    call: ToolCall
-
-
-@attrs.frozen
-class ToolFinished:
-    """A call's result. ``how``: ``"ran"``, ``"re-ran"`` (idempotent, after a crash),
-    ``"unknown"`` (TOOL_OUTCOME_UNKNOWN), ``"handoff"`` or ``"error"`` (unknown tool)."""
-
-    result: ToolResult
-    how: str
-
-
-@attrs.frozen
-class Handoff:
-    from_agent: str
-    to_agent: str
-
-
-@attrs.frozen
-class RunCompleted:
-    result: RunResult
-    replayed: bool = False
-
-
-@attrs.frozen
-class RunFailed:
-    error: BaseException
-    status: str
-
-
-RunEvent = RunStarted | ModelTurn | ToolStarted | ToolFinished | Handoff | RunCompleted | RunFailed
-
-
-class RunHooks:
-    """Callbacks of a run: subclass and override the ones you need (each default does
-    nothing). Never called on replay. An exception from a hook fails the run."""
-
-    async def on_run_start(self, ctx: RunContext) -> None:
-        """The run started or resumed (before the first model turn)."""
-
-    async def on_model_turn(self, ctx: RunContext, entries: tuple[Entry, ...]) -> None:
-        """A model turn was checkpointed: its assistant message and tool calls."""
-
-    async def on_tool_start(self, ctx: RunContext, call: ToolCall) -> None:
-        """A tool body is about to run (its ``tool_started`` record is durable)."""
-
-    async def on_tool_result(self, ctx: RunContext, result: ToolResult) -> None:
-        """A tool result was checkpointed."""
-
-    async def on_run_end(self, ctx: RunContext, result: RunResult) -> None:
-        """The run completed and its result is saved."""
-
-
-_NO_HOOKS = RunHooks()
-
-
-# -- the loop ------------------------------------------------------------------------------
-
-
-@attrs.define
-class _Run:
-    runtime: Runtime
-    entry_agent: Agent
-    agent: Agent
-    run_id: str
-    session_id: str | None
-    options: CheckpointOptions | None
-    max_turns: int
-    hooks: RunHooks
-    emit: Callable[[RunEvent], Awaitable[None]]
-    context: Any
-    history: History
-    prior: list[Entry] = attrs.Factory(list)
-    entries: list[Entry] = attrs.Factory(list)
-    saved: int = 0
-    usage: Usage = attrs.Factory(Usage)
-    turns: int = 0
-    context_state: JSON = None
-    save_lock: trio.Lock = attrs.Factory(trio.Lock)
-    #: The completed checkpoint is saved: nothing may record the run as failed after.
-    completed: bool = False
-    #: Calls whose ``tool_started`` record was written, and those whose body then started.
-    announced: set[str] = attrs.Factory(set)
-    dispatched: set[str] = attrs.Factory(set)
-
-    @property
-    def ctx(self) -> RunContext:
-        """The context tools and dynamic instructions see."""
-        return RunContext(self.run_id, self.session_id, self.agent.name, self.context)
-
-    def head(
-        self, status: str, *, output: JSON = None, error: BaseException | None = None
-    ) -> RunHead:
-        """The checkpoint head for the run as it stands."""
-        return RunHead(
-            self.agent.name,
-            usage=self.usage.to_json(),
-            turns=self.turns,
-            status=status,  # type: ignore[arg-type]
-            output=output,
-            error=None if error is None else {"type": type(error).__name__, "message": str(error)},
-            context_state=self.context_state,
-            updated_at=time.time(),
-            session_id=self.session_id,
-        )
-
-    async def save(self, status: str = "running", *, error: BaseException | None = None) -> None:
-        """Checkpoint the entries added since the last save, with a new head.
-
-        A :class:`~stores.CommitPendingError` means they *were* accepted (queued, retried
-        in the background): they count as saved, so that no later save sends them again.
-        The save is shielded from cancellation (one short commit): a save cancelled after
-        its commit started could not tell whether its entries landed, and the
-        interrupted checkpoint would then write them twice."""
-        if self.options is None:
-            return
-        async with self.save_lock:
-            new = self.entries[self.saved :]
-            count = len(self.entries)
-            try:
-                with trio.CancelScope(shield=True):
-                    await self.options.checkpointer.append(
-                        self.run_id, new, self.head(status, error=error)
-                    )
-            except CommitPendingError:
-                self.saved = count
-                raise
-            self.saved = count
-        await trio.lowlevel.checkpoint_if_cancelled()
-
-    async def barrier(self) -> None:
-        """Make everything recorded so far durable (before model requests, tool bodies):
-        this run's checkpoint and its conversation, whatever other sessions are doing."""
-        sessions = [] if self.session_id is None else [self.session_id]
-        checkpointer = None if self.options is None else self.options.checkpointer
-        if isinstance(checkpointer, RuntimeCheckpointer):
-            own = checkpointer.session_id(self.run_id)
-            if checkpointer.runtime is self.runtime:
-                sessions.append(own)
-            else:
-                await checkpointer.runtime.flush_sessions([own])
-        await self.runtime.flush_sessions(sessions)
-
-    # -- tools -------------------------------------------------------------------------
-
-    def _marked(self, call: ToolCall, kind: str) -> bool:
-        """Is there a ``kind`` sidecar for ``call`` after it (the last such call id)?"""
-        positions = [i for i, e in enumerate(self.entries) if e is call]
-        index = positions[-1] if positions else 0
-        return any(
-            isinstance(e, SidecarEntry)
-            and e.kind == kind
-            and isinstance(e.data, dict)
-            and e.data.get("call_id") == call.call_id
-            for e in self.entries[index + 1 :]
-        )
-
-    def may_have_run(self, call: ToolCall) -> bool:
-        """Could ``call``'s body have started before the run stopped? Yes if its
-        ``tool_started`` record was written and the run did not record that it was
-        interrupted before dispatching the body (``tool_aborted``)."""
-        return self._marked(call, _STARTED) and not self._marked(call, _ABORTED)
-
-    def abort_undispatched(self) -> None:
-        """The run is being interrupted: record the calls whose ``tool_started`` record
-        was written but whose body never started, so a resume runs them."""
-        for call_id in sorted(self.announced - self.dispatched):
-            self.entries.append(SidecarEntry(_ABORTED, {"call_id": call_id}))
-        self.announced.clear()
-
-    async def record(self, result: ToolResult, how: str) -> None:
-        """Add a tool result, checkpoint it, report it."""
-        self.entries.append(result)
-        await self.save()
-        await self.emit(ToolFinished(result, how))
-        await self.hooks.on_tool_result(self.ctx, result)
-
-    async def settle(self, calls: Sequence[ToolCall], *, resuming: bool) -> None:
-        """Give every call a result: handoffs first, then tools, concurrently."""
-        to_run: list[tuple[ToolCall, FunctionTool, str]] = []
-        for call in calls:
-            target = self.agent.handoff(call.name)
-            if target is not None:
-                previous = self.agent.name
-                self.agent = target
-                await self.record(
-                    ToolResult(call.call_id, f'{{"assistant": "{target.name}"}}'), "handoff"
-                )
-                await self.emit(Handoff(previous, target.name))
-                continue
-            tool = self.agent.tool(call.name)
-            if tool is None:
-                await self.record(
-                    ToolResult(call.call_id, f"unknown tool {call.name!r}", is_error=True), "error"
-                )
-                continue
-            if resuming and self.may_have_run(call):
-                if not tool.idempotent:
-                    text = unknown_outcome_text(call)
-                    await self.record(ToolResult(call.call_id, text, is_error=True), "unknown")
-                    continue
-                to_run.append((call, tool, "re-ran"))
-            else:
-                to_run.append((call, tool, "ran"))
-        if not to_run:
-            return
-        for call, _, _ in to_run:
-            self.entries.append(
-                SidecarEntry(_STARTED, {"call_id": call.call_id, "name": call.name})
-            )
-            self.announced.add(call.call_id)
-        await self.save()
-        await self.barrier()  # a body runs only after its call record is durable
-        try:
-            async with trio.open_nursery() as nursery:
-                for call, tool, how in to_run:
-                    nursery.start_soon(self.run_tool, call, tool, how)
-        except BaseExceptionGroup as group:
-            raise _first_cause(group) from None
-        self.announced.clear()
-        self.dispatched.clear()
-
-    async def run_tool(self, call: ToolCall, tool: FunctionTool, how: str) -> None:
-        """Run one tool body; a failing tool becomes an error result."""
-        await self.emit(ToolStarted(call))
-        await self.hooks.on_tool_start(self.ctx, call)
-        self.dispatched.add(call.call_id)  # from here on its body may have run
-        try:
-            output = await tool.invoke(self.ctx, call.arguments)
-            result = ToolResult(call.call_id, output)
-        except Exception as exc:  # a failing tool is a result, not a crashed run
-            result = ToolResult(call.call_id, f"{type(exc).__name__}: {exc}", is_error=True)
-        await self.record(result, how)
-
-    # -- turns -------------------------------------------------------------------------
-
-    async def turn(self) -> str | None:
-        """One model turn and its tools; the final output if the model is done."""
-        if self.turns >= self.max_turns:
-            raise MaxTurnsExceededError(self.run_id, self.max_turns)
-        model = self.agent.model or self.entry_agent.model
-        if model is None:
-            raise InvalidArgumentError(f"agent {self.agent.name!r} has no model")
-        await self.barrier()
-        tools = tuple(t.schema() for t in self.agent.tools) + tuple(
-            {"name": f"transfer_to_{a.name}", "description": f"Hand off to {a.name}"}
-            for a in self.agent.handoffs
-        )
-        request = ModelRequest(
-            self.agent.name,
-            self.agent.system_prompt(self.ctx),
-            tuple(self.prior + self.entries),
-            tools,
-        )
-        response = await model.respond(request)
-        self.turns += 1
-        self.usage = self.usage + response.usage
-        calls = [
-            ToolCall(c.call_id, c.name, c.arguments)
-            for c in (call.with_id() for call in response.tool_calls)
-        ]
-        new: list[Entry] = []
-        if response.text or not calls:
-            usage: dict[str, JSON] = {
-                "input_tokens": response.usage.input_tokens,
-                "output_tokens": response.usage.output_tokens,
-            }
-            new.append(AssistantMessage(response.text, agent=self.agent.name, usage=usage))
-        new.extend(calls)
-        self.entries.extend(new)
-        await self.save()
-        await self.emit(ModelTurn(self.agent.name, tuple(new)))
-        await self.hooks.on_model_turn(self.ctx, tuple(new))
-        if not calls:
-            return response.text
-        await self.settle(calls, resuming=False)
-        return None
-
-    def result(self, output: JSON, finish_reason: str | None) -> RunResult:
-        """The :class:`RunResult` of the run as it stands."""
-        return RunResult(
-            self.run_id, output, tuple(self.entries), self.usage, self.agent.name, finish_reason
-        )
-
-    async def complete(self, output: JSON) -> RunResult:
-        """Save the completed run (with its history segment) and return its result.
-
-        Once the completed checkpoint is saved, :attr:`completed` is True: a failure
-        after that (the history step of the two-step form) leaves the run completed, and
-        re-issuing it replays the stored result and heals the missing segment."""
-        head = self.head("completed", output=output)
-        meta: dict[str, JSON] | None = (
-            None if self.context_state is None else {"context_state": self.context_state}
-        )
-
-        def saved() -> None:
-            self.completed = True
-            self.saved = len(self.entries)
-
-        with trio.CancelScope(shield=True):  # as save(): never half-known
-            await self._complete(head, meta, saved)
-        await trio.lowlevel.checkpoint_if_cancelled()
-        return self.result(output, "stop")
-
-    async def _complete(
-        self,
-        head: RunHead,
-        meta: dict[str, JSON] | None,
-        saved: Callable[[], None],
-    ) -> None:
-        if self.options is not None and self.session_id is not None:
-            await finish_run(
-                self.options.checkpointer,
-                self.history,
-                session_id=self.session_id,
-                run_id=self.run_id,
-                new_entries=self.entries[self.saved :],
-                head=head,
-                run_entries=self.entries,
-                meta=meta,
-                on_saved=saved,
-            )
-        elif self.options is not None:
-            await self.options.checkpointer.append(self.run_id, self.entries[self.saved :], head)
-            saved()
-        elif self.session_id is not None:
-            await self.history.append(self.session_id, self.entries, run_id=self.run_id, meta=meta)
-            saved()
 
 
 class Runner:
@@ -502,6 +80,7 @@ class Runner:
             hooks,
             history,
             ignore,
+            stream=False,
         )
 
     @staticmethod
@@ -520,8 +99,12 @@ class Runner:
     ) -> AsyncIterator[trio.MemoryReceiveChannel[RunEvent]]:
         """Run as :meth:`run` in a background task and yield a channel of run events
         (``RunStarted``, ``ModelTurn``, ``ToolStarted``, ``ToolFinished``, ``Handoff``,
-        then ``RunCompleted`` or ``RunFailed``). Leaving the block early cancels the run
-        (which then checkpoints as interrupted)."""
+        then ``RunCompleted`` or ``RunFailed``). A model that can stream
+        (:class:`StreamingModel`) is asked to: its ``TextDelta`` and ``ToolCallDelta``
+        events (and ``StreamRestarted`` when a turn is asked again after a failure) come
+        as they arrive, before the turn's ``ModelTurn``. Checkpoints still record whole
+        turns only: a crash mid-stream resumes by asking for the turn again. Leaving the
+        block early cancels the run (which then checkpoints as interrupted)."""
         send, receive = trio.open_memory_channel[RunEvent](0)
 
         async def drive() -> None:
@@ -538,6 +121,7 @@ class Runner:
                         hooks,
                         history,
                         send.send,
+                        stream=True,
                     )
                 except Exception as exc:
                     await send.send(RunFailed(exc, "failed"))
@@ -561,8 +145,11 @@ async def _execute(
     hooks: RunHooks | None,
     history: History | None,
     emit: Callable[[RunEvent], Awaitable[None]],
+    *,
+    stream: bool,
 ) -> RunResult:
-    """Run, resume or replay one run (the body of ``Runner.run``)."""
+    """Run, resume or replay one run (the body of ``Runner.run``); ``stream``: ask
+    streaming models for deltas."""
     if not isinstance(agent, Agent):
         raise InvalidArgumentError(f"agent must be an Agent, not {type(agent).__name__}")
     if session_id is not None:
@@ -593,7 +180,7 @@ async def _execute(
         if snapshot is not None and snapshot.head.status == "completed":
             result = await _replay(agent, snapshot, history, session_id, emit)
         else:
-            run = _Run(
+            run = Run(
                 runtime,
                 agent,
                 agent,
@@ -601,90 +188,16 @@ async def _execute(
                 session_id,
                 checkpoint,
                 max_turns,
-                hooks or _NO_HOOKS,
+                hooks or NO_HOOKS,
                 emit,
                 context,
                 history,
+                stream=stream,
             )
-            result = await _drive(run, snapshot, new_entries)
+            result = await drive(run, snapshot, new_entries)
     if checkpoint is not None and checkpoint.delete_on_success:
         await checkpoint.checkpointer.delete(checkpoint.run_id)  # after the claim ended
     return result
-
-
-async def _drive(run: _Run, snapshot: RunSnapshot | None, new_entries: list[Entry]) -> RunResult:
-    """The loop of a new or resumed run, with its failure paths."""
-    if run.session_id is not None:
-        run.prior = await run.history.load(run.session_id)
-    resuming = snapshot is not None
-    if snapshot is not None:
-        active = run.agent.find(snapshot.head.agent)
-        if active is None:
-            raise AgentNotFoundError(run.run_id, snapshot.head.agent)
-        run.agent = active
-        run.entries = list(snapshot.entries)
-        run.saved = len(run.entries)
-        run.usage = Usage.from_json(snapshot.head.usage)
-        run.turns = snapshot.head.turns
-        run.context_state = snapshot.head.context_state
-    else:
-        run.entries = new_entries
-        await run.save()
-    await run.emit(RunStarted(run.run_id, run.agent.name, "resumed" if resuming else "new"))
-    await run.hooks.on_run_start(run.ctx)
-    try:
-        if resuming:
-            await run.settle(pending_tool_calls(run.entries), resuming=True)
-        while True:
-            output = await run.turn()
-            if output is not None:
-                result = await run.complete(output)
-                break
-    except BaseException as exc:
-        if not run.completed:  # a completed run stays completed, whatever failed after
-            await _save_stopped(run, exc)
-        raise
-    await run.emit(RunCompleted(result))
-    await run.hooks.on_run_end(run.ctx, result)
-    return result
-
-
-async def _save_stopped(run: _Run, exc: BaseException) -> None:
-    """Checkpoint a run that stopped: ``interrupted`` (cancellation, Ctrl-C -- with the
-    calls that were announced but never dispatched marked as such) or ``failed`` (with
-    the error). Shielded; never masks the original error."""
-    status = "interrupted" if _is_interruption(exc) else "failed"
-    run.abort_undispatched()
-    with trio.CancelScope(shield=True):
-        try:
-            await run.save(status, error=None if status == "interrupted" else exc)
-        except Exception as save_error:  # never mask the original error
-            logger.warning("could not checkpoint run %s as %s: %r", run.run_id, status, save_error)
-
-
-def _first_cause(group: BaseExceptionGroup[BaseException]) -> BaseException:
-    """What stopped the concurrent tools, as the plain error the run's callers expect:
-    the group's only error, a cancellation if any (so the run is "interrupted"), or else
-    the group itself (several independent failures: none is hidden)."""
-    leaves: list[BaseException] = []
-    pending = list(group.exceptions)
-    while pending:
-        exc = pending.pop(0)
-        if isinstance(exc, BaseExceptionGroup):
-            pending.extend(exc.exceptions)
-        else:
-            leaves.append(exc)
-    if len(leaves) == 1:
-        return leaves[0]
-    cancelled = [e for e in leaves if isinstance(e, trio.Cancelled)]
-    return cancelled[0] if cancelled else group
-
-
-def _is_interruption(exc: BaseException) -> bool:
-    """Cancellation, Ctrl-C or exit (possibly grouped): the run is interrupted."""
-    if isinstance(exc, BaseExceptionGroup):
-        return all(_is_interruption(e) for e in exc.exceptions)
-    return isinstance(exc, trio.Cancelled | KeyboardInterrupt | SystemExit)
 
 
 async def _replay(
@@ -697,14 +210,15 @@ async def _replay(
     """A completed run: the stored output, the history append re-applied (it heals a
     segment missing after a crash or a failed history step), no model call."""
     name = snapshot.head.agent
-    if agent.find(name) is None:
+    found = agent.find(name)
+    if found is None:
         logger.warning(
             "replaying run %s: agent %r is unknown, reporting it as %r",
             snapshot.run_id,
             name,
             agent.name,
         )
-        name = agent.name
+        name, found = agent.name, agent
     if session_id is not None:
         state = snapshot.head.context_state
         meta: dict[str, JSON] | None = None if state is None else {"context_state": state}
@@ -716,6 +230,14 @@ async def _replay(
         Usage.from_json(snapshot.head.usage),
         name,
         None,
+        _final_output(found, snapshot.head.output),
     )
     await emit(RunCompleted(result, replayed=True))
     return result
+
+
+def _final_output(agent: Agent, stored: JSON) -> Any:
+    """The typed final output of a stored one (the agent's output type, if any)."""
+    if agent.output is None:
+        return stored
+    return agent.output.load(stored)

@@ -49,10 +49,12 @@ EXPECTED = {
     ("W9", "W2/tidelog-full"),
     ("W9", "W2/tidelog-normal"),
     ("W9", "W4/tidelog"),
+    ("W10", "W10/adapter"),
+    ("W10", "W10/run-loop"),
     *((w, f"{w}/{alt}") for w in ("W1", "W2") for alt in ALTERNATIVES),
 }
 #: Workloads whose every measured row must have a value.
-MEASURED = ("W1", "W1b", "W2", "W3", "W4", "W5", "W6", "W8")
+MEASURED = ("W1", "W1b", "W2", "W3", "W4", "W5", "W6", "W8", "W10")
 STATUSES = {"met", "MISSED", "reference", "baseline", "alternative", "-", "no data"}
 
 
