@@ -43,11 +43,13 @@ from .errors import (
     ReadOnlyError,
     SessionExistsError,
     SessionOwnedError,
+    StoreBusyError,
     StoreIOError,
     TidelogError,
 )
 from .jsonl_files import IO, Shared, release_shared, shared_for
 from .jsonl_format import file_stem
+from .jsonl_group import pending, recover, recover_all
 from .jsonl_index import FileIndex
 from .jsonl_ops import apply_op, check_header_id, fork_session
 from .jsonl_read import Reader
@@ -118,6 +120,15 @@ class JsonlStore(Reader, BatchingStore):
         self._shared: Shared | None = shared_for(self.root)
         self._changes_fd = -1
         self._bumps = 0
+        if not read_only:
+            try:
+                with self._shared.mutex:
+                    recover_all(
+                        self._shared, self._layout.intents, self._layout.sessions, busy_timeout_ms
+                    )
+            except BaseException:
+                self.close()
+                raise
 
     # -- plumbing ----------------------------------------------------------------------
 
@@ -156,6 +167,16 @@ class JsonlStore(Reader, BatchingStore):
         writers: dict[str, FileIndex | None] = shared.writers
         if not taken and stem in writers:
             return writers[stem]
+        if taken:  # the last holder may have died inside a group write: roll it back first
+            layout = self._layout
+            for intent in pending(layout.intents, stem):
+                if not recover(
+                    shared, layout.intents, layout.sessions, intent, self.busy_timeout_ms, stem
+                ):
+                    raise StoreBusyError(
+                        f"session {session_id!r}: an unfinished group write could not be "
+                        "rolled back yet (another of its sessions is busy)"
+                    )
         index = writers.get(stem)
         path = self._layout.session(stem)
         try:

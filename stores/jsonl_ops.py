@@ -19,6 +19,7 @@ from ._checks import check_fork, fork_header
 from .contract import AppendOp, DeleteOp, GroupOp, ReplaceOp, TruncateOp, WriteOp
 from .errors import OwnershipLostError, StoreCorruptError, TidelogError
 from .jsonl_format import Header, encode_batch
+from .jsonl_group import begin_group, step
 from .jsonl_index import FileIndex
 from .jsonl_write import BatchFailure, Layout, Txn, _io_error, cut_cuts, new_header
 from .records import JSON, PreparedEvent, SessionInfo, decode_json_object, encode_json
@@ -40,9 +41,7 @@ def apply_op(layout: Layout, txn: Txn, op: WriteOp, now: float) -> int:
 
 def _apply(layout: Layout, txn: Txn, op: WriteOp, now: float) -> int:
     if isinstance(op, GroupOp):
-        for member in op.ops:
-            _apply(layout, txn, member, now)
-        return len(op.ops)
+        return _apply_group(layout, txn, op, now)
     if op.owner is not None:
         held = txn.shared.locks.get(_stem(op.session_id))
         if held is None or held.owner != op.owner:
@@ -88,6 +87,29 @@ def _apply(layout: Layout, txn: Txn, op: WriteOp, now: float) -> int:
         txn.on_commit(_unlinker(layout.base(name)))
     txn.on_commit(_unlinker(os.path.join(layout.projections, f"{stem}.json")))
     return 1
+
+
+def _apply_group(layout: Layout, txn: Txn, op: GroupOp, now: float) -> int:
+    """A group: every member locked, an intent written, the members applied and synced,
+    the intent removed at the batch's commit (see :mod:`stores.jsonl_group`)."""
+    for member in op.ops:
+        if member.owner is not None:
+            held = txn.shared.locks.get(_stem(member.session_id))
+            if held is None or held.owner != member.owner:
+                raise OwnershipLostError(member.session_id)
+    members = [member.session_id for member in op.ops]
+    for session_id in dict.fromkeys(members):
+        txn.session(session_id)
+    undo, synced, commit = begin_group(txn.shared, layout.intents, layout.sessions, members)
+    txn.undo_step(undo)
+    for member in op.ops:
+        _apply(layout, txn, member, now)
+        step(f"member applied: {member.session_id}")
+    synced()
+    full = txn.full
+    txn.commit_point(lambda: commit(full))
+    txn.dirty_dir(layout.intents)
+    return len(op.ops)
 
 
 def _stem(session_id: str) -> str:

@@ -99,6 +99,7 @@ class Txn:
         self._refresh = refresh
         self._undo: list[Callable[[], None]] = []
         self._done: list[Callable[[], None]] = []
+        self._commits: list[Callable[[], None]] = []
         self._taken: list[str] = []
         self._written: dict[str, int] = {}
         self._dirs: set[str] = set()
@@ -117,10 +118,11 @@ class Txn:
                 try:
                     self._commit()
                 except OSError as error:
-                    self.rollback(error)
-                    raise BatchFailure(_io_error("commit", error)) from error
+                    failure = _io_error("commit", error)
+                    self.rollback(failure)
+                    raise BatchFailure(failure) from error
             else:
-                self.rollback(exc)
+                self.rollback(exc.error if isinstance(exc, BatchFailure) else exc)
         finally:
             self._release()
 
@@ -142,6 +144,8 @@ class Txn:
         else:
             shared.unsynced.update(self._written)
             shared.dirty_dirs |= self._dirs
+        for commit in self._commits:  # group commit points: a failure fails the batch
+            commit()
         for step in self._done:
             with contextlib.suppress(OSError):
                 step()
@@ -150,12 +154,24 @@ class Txn:
         """Undo everything applied, newest first; if a step fails, note it on ``cause``
         (both errors are reported)."""
         undo, self._undo = self._undo, []
+        failed = False
         for step in reversed(undo):
             try:
                 step()
             except OSError as error:
-                cause.add_note(f"and undoing the batch failed too: {error!r}")
+                failed = True
+                cause.add_note(
+                    f"and undoing the batch failed too ({error!r}): part of it may stand in "
+                    "the files; the next write reads them again (a resend with retry=True "
+                    "lands exactly once)"
+                )
         self._done.clear()
+        self._commits.clear()
+        if failed:  # what this process knew of the files may be wrong: look again
+            for index in self.shared.writers.values():
+                if index is not None:
+                    index.close()
+            self.shared.writers.clear()
 
     def release_later(self, stem: str) -> None:
         """Release ``stem``'s lock when the batch ends (its lease was dropped)."""
@@ -164,6 +180,11 @@ class Txn:
     def on_commit(self, step: Callable[[], None]) -> None:
         """Run ``step`` once the batch committed (failures ignored: clean-up only)."""
         self._done.append(step)
+
+    def commit_point(self, step: Callable[[], None]) -> None:
+        """Run ``step`` when the batch commits, after its fsyncs; if it fails the batch
+        fails and is undone (a group's commit point, :mod:`stores.jsonl_group`)."""
+        self._commits.append(step)
 
     def undo_step(self, step: Callable[[], None]) -> None:
         """Run ``step`` if the batch (or this op) is undone."""
@@ -184,6 +205,7 @@ class Txn:
         steps = self._undo[undo_len:]
         del self._undo[undo_len:]
         del self._done[done_len:]
+        self._commits.clear()  # only a group adds one, and a failed group is undone whole
         for step in reversed(steps):
             try:
                 step()
