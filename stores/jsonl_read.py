@@ -18,7 +18,13 @@ from typing import Any
 
 from ._checks import check_pin_arg, check_projection_args, check_read_args, check_text
 from .contract import Pin
-from .errors import ClosedError, SnapshotExpiredError, StoreCorruptError, StoreIOError
+from .errors import (
+    ClosedError,
+    SnapshotExpiredError,
+    StoreCorruptError,
+    StoreIOError,
+    UnsupportedFormatError,
+)
 from .jsonl_files import Shared
 from .jsonl_format import file_stem, stem_id
 from .jsonl_index import FileIndex
@@ -232,6 +238,34 @@ class Reader:
                     infos.append(self._info(view.header.id, view))
         infos.sort(key=lambda i: (-i.updated_at, i.id))
         return infos if limit is None else infos[:limit]
+
+    def check_integrity(self) -> tuple[bool, str]:
+        """Read every session file whole -- every record decoded, every batch's checksum
+        and every fork's base checked: ``(True, "ok")`` or ``(False, what is wrong)``."""
+        with self._reading("check_integrity"):
+            try:
+                names = sorted(os.listdir(self._layout.sessions))
+            except OSError as exc:
+                raise StoreIOError(f"{self._layout.sessions}: cannot list ({exc})") from exc
+            for name in names:
+                if not name.endswith(".jsonl"):
+                    continue
+                path = os.path.join(self._layout.sessions, name)
+                try:
+                    index = FileIndex.open(path)
+                    if index is None:
+                        continue
+                    try:
+                        index.check()
+                        stem = name[: -len(".jsonl")]
+                        if stem_id(stem) not in (None, index.header.id):
+                            return False, f"{path}: byte 0: holds session {index.header.id!r}"
+                        self._rows(index.header.id, index, 0, index.head)
+                    finally:
+                        index.close()
+                except (StoreCorruptError, UnsupportedFormatError) as exc:
+                    return False, str(exc)
+        return True, "ok"
 
     def data_version(self) -> int:
         """See :meth:`Store.data_version`: the change log's inode, size and mtime."""
