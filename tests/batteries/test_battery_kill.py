@@ -188,7 +188,7 @@ async def one_kill(tmp_path: Path, db: Path, cycle: int, rng: random.Random) -> 
     assert "Traceback" not in err.read_text(), err.read_text()
     acked = parse_acks(out)
     heads = verify(db, acked)
-    if remote and is_ready(out) and not db.is_dir():
+    if remote and is_ready(out) and db.suffix == ".db":  # a JSONL lock dies with its holder
         await check_remote_lease(db, killed_at)
     else:
         await open_all(db)  # the dead local holder is taken over at once
