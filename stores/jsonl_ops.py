@@ -18,9 +18,9 @@ from ._batching import StoredTail, check_replace, resent_tail
 from ._checks import check_fork, fork_header
 from .contract import AppendOp, DeleteOp, GroupOp, ReplaceOp, TruncateOp, WriteOp
 from .errors import OwnershipLostError, StoreCorruptError, TidelogError
-from .jsonl_format import Header, encode_batch
+from .jsonl_format import Header, encode_batch, file_stem
 from .jsonl_group import begin_group, step
-from .jsonl_index import FileIndex
+from .jsonl_index import FileIndex, read_exact
 from .jsonl_write import BatchFailure, Layout, Txn, _io_error, cut_cuts, new_header
 from .records import JSON, PreparedEvent, SessionInfo, decode_json_object, encode_json
 
@@ -112,10 +112,7 @@ def _apply_group(layout: Layout, txn: Txn, op: GroupOp, now: float) -> int:
     return len(op.ops)
 
 
-def _stem(session_id: str) -> str:
-    from .jsonl_format import file_stem
-
-    return file_stem(session_id)
+_stem = file_stem
 
 
 def _unlinker(path: str) -> Callable[[], None]:
@@ -168,8 +165,6 @@ def rewrite(
 
 
 def _read(index: FileIndex, start: int, stop: int) -> bytes:
-    from .jsonl_index import read_exact
-
     data = read_exact(index.fd, stop - start, start, index.path)
     if len(data) != stop - start:
         raise StoreCorruptError(
