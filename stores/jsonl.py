@@ -337,6 +337,9 @@ class JsonlStore(Reader, BatchingStore):
                 _, taken = shared.lock(session_id, stem, self.busy_timeout_ms)
                 try:
                     self._writer_index(session_id, stem, taken)
+                except OSError as exc:
+                    shared.unlock(stem)
+                    raise StoreIOError(f"acquire_lease: I/O failure ({exc})") from exc
                 except BaseException:
                     shared.unlock(stem)
                     raise

@@ -19,7 +19,6 @@ which tests replace to inject failures.
 from __future__ import annotations
 
 import contextlib
-import errno
 import fcntl
 import os
 import threading
@@ -224,8 +223,3 @@ def release_shared(shared: Shared, close_index: Callable[[object], None]) -> Non
         for index in shared.writers.values():
             close_index(index)
         shared.writers.clear()
-
-
-def is_missing(exc: OSError) -> bool:
-    """True for "no such file" (the session was deleted meanwhile)."""
-    return exc.errno == errno.ENOENT

@@ -19,12 +19,16 @@ from __future__ import annotations
 import contextlib
 import os
 import secrets
-import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from types import TracebackType
 
-from .errors import SessionNotFoundError, StoreCorruptError, StoreIOError, TidelogError
+from .errors import (
+    StoreBusyError,
+    StoreCorruptError,
+    StoreIOError,
+    TidelogError,
+)
 from .jsonl_files import IO, Shared, fsync_dir, publish, write_all
 from .jsonl_format import Header, encode_batch, encode_header, file_stem
 from .jsonl_index import FileIndex
@@ -228,13 +232,11 @@ class Txn:
         stem = file_stem(session_id)
         try:
             _, taken = self.shared.lock(session_id, stem, self.busy_ms)
-        except TidelogError as error:
-            if isinstance(error, StoreIOError) or type(error).__name__ == "StoreBusyError":
-                raise BatchFailure(error) from error
-            raise
-        if taken:
-            self._taken.append(stem)
-        return stem, self._refresh(session_id, stem, taken)
+            if taken:
+                self._taken.append(stem)
+            return stem, self._refresh(session_id, stem, taken)
+        except (StoreBusyError, StoreIOError) as error:  # retrying may help: the batch fails
+            raise BatchFailure(error) from error
 
     def append(
         self, stem: str, index: FileIndex, events: tuple[PreparedEvent, ...], now: float
@@ -373,22 +375,3 @@ def cut_cuts(
         dropped = result[: len(result) - MAX_CUTS + 1]
         result = ((max(e for e, _ in dropped), 0), *result[len(dropped) :])
     return result
-
-
-@contextlib.contextmanager
-def io_errors(what: str) -> Iterator[None]:
-    """Translate ``OSError`` into :class:`StoreIOError` (a store boundary)."""
-    try:
-        yield
-    except OSError as exc:
-        raise StoreIOError(f"{what}: I/O failure ({exc})") from exc
-
-
-def missing(session_id: str) -> SessionNotFoundError:
-    """The session does not exist."""
-    return SessionNotFoundError(session_id)
-
-
-def now() -> float:
-    """The clock (one place, for tests)."""
-    return time.time()
