@@ -30,6 +30,7 @@ from stores import (
     ClosedError,
     InvalidArgumentError,
     InvalidSessionIdError,
+    JsonlStore,
     NewEvent,
     Pin,
     PreparedEvent,
@@ -607,7 +608,8 @@ async def open_runtime(
     """Run a tidelog runtime for the ``async with`` block.
 
     ``target`` is a database path (an embedded :class:`~stores.SqliteStore` is opened with
-    ``synchronous`` and ``busy_timeout_ms``, and closed at exit) or any
+    ``synchronous`` and ``busy_timeout_ms``, and closed at exit; an existing directory
+    opens a :class:`~stores.JsonlStore` the same way) or any
     :class:`~stores.Store` instance (used as is; the caller keeps owning it).
 
     ``lease_ttl``: seconds a session lease lives without a heartbeat before another process
@@ -633,7 +635,9 @@ async def open_runtime(
     if isinstance(target, str | os.PathLike):
         path = target
 
-        def _open() -> SqliteStore:
+        def _open() -> Store:
+            if os.path.isdir(path):  # a directory: a JSONL store (stores.jsonl)
+                return JsonlStore(path, synchronous=synchronous, busy_timeout_ms=busy_timeout_ms)
             return SqliteStore(
                 path,
                 synchronous=synchronous,

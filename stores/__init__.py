@@ -36,6 +36,7 @@ from .errors import (
     UnsupportedFormatError,
     UnwrittenError,
 )
+from .jsonl import JsonlStore
 from .memory import MemoryStore
 from .records import (
     JSON,
@@ -68,6 +69,7 @@ __all__ = [
     "InvalidArgumentError",
     "InvalidEventError",
     "InvalidSessionIdError",
+    "JsonlStore",
     "MemoryStore",
     "NewEvent",
     "OwnershipLostError",

@@ -15,7 +15,7 @@ if TYPE_CHECKING:  # the runtime is imported by the fixtures that use it, not by
     from runtime import Runtime
 
 
-@pytest.fixture(params=["memory", "sqlite"])
+@pytest.fixture(params=["memory", "sqlite", "jsonl"])
 def backend(request: pytest.FixtureRequest) -> str:
     """Run the test once per backend."""
     return str(request.param)
@@ -31,6 +31,9 @@ def make_runtime(backend: str, tmp_path: pathlib.Path) -> RuntimeFactory:
     def factory(**options: Any) -> AbstractAsyncContextManager[Runtime]:
         if backend == "memory":
             return open_runtime(memory, **options)
+        if backend == "jsonl":  # a directory opens a JSONL store
+            (tmp_path / "rt.jsonl").mkdir(exist_ok=True)
+            return open_runtime(tmp_path / "rt.jsonl", **options)
         return open_runtime(tmp_path / "rt.db", **options)
 
     return factory

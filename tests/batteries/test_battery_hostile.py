@@ -43,6 +43,7 @@ from runtime.agents import (
     UserMessage,
     history,
 )
+from stores import JsonlStore
 
 EXAMPLES = size(100, 1000)
 TRIED = {"inputs": 0, "refused": 0, "stored": 0}
@@ -183,9 +184,22 @@ async def refused(cm: Any, error: type[BaseException]) -> None:
 
 @asynccontextmanager
 async def runtimes(tmp: Path) -> AsyncIterator[dict[str, Runtime]]:
-    """A memory runtime and a SQLite runtime (on one shared file)."""
-    async with open_runtime(MemoryStore()) as mem, open_runtime(tmp / "hostile.db") as sql:
-        yield {"memory": mem, "sqlite": sql}
+    """A memory runtime, a SQLite runtime (on one shared file) and a JSONL one."""
+    (tmp / "hostile.jsonl").mkdir(exist_ok=True)
+    async with (
+        open_runtime(MemoryStore()) as mem,
+        open_runtime(tmp / "hostile.db") as sql,
+        open_runtime(tmp / "hostile.jsonl") as files,
+    ):
+        yield {"memory": mem, "sqlite": sql, "jsonl": files}
+
+
+def store_path(tmp: Path, name: str, backend: str) -> Path:
+    """A SQLite file, or a (created) JSONL store directory, under ``tmp``."""
+    if backend == "jsonl":
+        (tmp / f"{name}.jsonl").mkdir(exist_ok=True)
+        return tmp / f"{name}.jsonl"
+    return tmp / f"{name}.db"
 
 
 async def submit(w: SessionWriter, events: list[NewEvent], *, nowait: bool) -> tuple[int, int]:
@@ -332,11 +346,11 @@ async def test_hostile_headers_meta_and_run_ids(
 # -- sizes and depths --------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("backend", ["memory", "sqlite"])
+@pytest.mark.parametrize("backend", ["memory", "sqlite", "jsonl"])
 async def test_huge_strings(tmp_path: Path, backend: str) -> None:
     """A 10 MB string round-trips; a 10 MB id or kind is refused; the runtime keeps serving."""
     big = "\x00\u00e9\U0001f600" + "x" * (10 * 1024 * 1024) + "'; DROP TABLE events; --"
-    target: Any = MemoryStore() if backend == "memory" else tmp_path / "big.db"
+    target: Any = MemoryStore() if backend == "memory" else store_path(tmp_path, "big", backend)
     with trio.fail_after(120):
         async with open_runtime(target) as rt, rt.open_session("big") as w:
             assert await w.append([NewEvent("k", {"text": big}), NewEvent("k", big)]) == 2
@@ -359,10 +373,10 @@ def nested(depth: int, kind: str = "list") -> Any:
 
 
 @pytest.mark.parametrize("shape", ["list", "dict"])
-@pytest.mark.parametrize("backend", ["memory", "sqlite"])
+@pytest.mark.parametrize("backend", ["memory", "sqlite", "jsonl"])
 async def test_deep_nesting_refused(tmp_path: Path, backend: str, shape: str) -> None:
     """Data nested 10k levels deep is refused with InvalidEventError and writes nothing."""
-    target: Any = MemoryStore() if backend == "memory" else tmp_path / "deep.db"
+    target: Any = MemoryStore() if backend == "memory" else store_path(tmp_path, "deep", backend)
     with trio.fail_after(30):
         async with open_runtime(target) as rt, rt.open_session("deep") as w:
             with pytest.raises(InvalidEventError) as info:
@@ -397,15 +411,21 @@ def _accept_deepest(store: Any, count: int) -> list[int]:
 
 
 @pytest.mark.parametrize("writer", ["runtime", "shallow-thread"])
-@pytest.mark.parametrize("backend", ["memory", "sqlite"])
+@pytest.mark.parametrize("backend", ["memory", "sqlite", "jsonl"])
 async def test_every_accepted_depth_reads_back(tmp_path: Path, backend: str, writer: str) -> None:
     """Every nesting depth an append accepts reads back through read, snapshot and tail."""
-    path = tmp_path / "depth.db"
+    path = store_path(tmp_path, "depth", backend)
     memory = MemoryStore()
     target: Any = memory if backend == "memory" else path
     depths: list[int] = []
     if writer == "shallow-thread":
-        store: Any = memory if backend == "memory" else SqliteStore(path)
+        store: Any = (
+            memory
+            if backend == "memory"
+            else JsonlStore(path)
+            if backend == "jsonl"
+            else SqliteStore(path)
+        )
         try:
             depths = _accept_deepest(store, 5)
         finally:
@@ -441,10 +461,10 @@ async def test_every_accepted_depth_reads_back(tmp_path: Path, backend: str, wri
     assert not problems, "\n".join(problems)
 
 
-@pytest.mark.parametrize("backend", ["memory", "sqlite"])
+@pytest.mark.parametrize("backend", ["memory", "sqlite", "jsonl"])
 async def test_huge_int_refused_or_exact(tmp_path: Path, backend: str) -> None:
     """Integers past 64 bits (and past 4300 digits) are stored exactly or refused."""
-    target: Any = MemoryStore() if backend == "memory" else tmp_path / "ints.db"
+    target: Any = MemoryStore() if backend == "memory" else store_path(tmp_path, "ints", backend)
     async with open_runtime(target) as rt, rt.open_session("ints") as w:
         for value in (2**63, -(2**64) - 1, 10**300, 10**4299, 10**5000):
             TRIED["inputs"] += 1

@@ -43,6 +43,7 @@ from runtime import (
 from runtime.agents import ToolCall, ToolResult
 from runtime.agents._history import SEGMENT_KIND
 from runtime.agents._transcript import entry_from_stored
+from stores import JsonlStore
 
 pytestmark = pytest.mark.slow
 
@@ -64,7 +65,7 @@ def parse_acks(path: Path) -> dict[str, int]:
     return acked
 
 
-def check_log(store: SqliteStore, sid: str, acked: int) -> int:
+def check_log(store: SqliteStore | JsonlStore, sid: str, acked: int) -> int:
     """Check one session's log (see the module doc); return its head."""
     events = store.read(sid)
     seqs = [e.seq for e in events]
@@ -91,7 +92,7 @@ def check_log(store: SqliteStore, sid: str, acked: int) -> int:
 
 def verify(db: Path, acked: dict[str, int]) -> dict[str, int]:
     """Check every session after a kill; return the heads."""
-    store = SqliteStore(db, integrity_check_on_open=True)
+    store = JsonlStore(db) if db.is_dir() else SqliteStore(db, integrity_check_on_open=True)
     try:
         assert store.check_integrity() == (True, "ok")
         return {sid: check_log(store, sid, acked.get(sid, 0)) for sid in SESSIONS}
@@ -189,7 +190,7 @@ async def one_kill(tmp_path: Path, db: Path, cycle: int, rng: random.Random) -> 
     assert "Traceback" not in err.read_text(), err.read_text()
     acked = parse_acks(out)
     heads = verify(db, acked)
-    if remote and is_ready(out):
+    if remote and is_ready(out) and db.suffix == ".db":  # a JSONL lock dies with its holder
         await check_remote_lease(db, killed_at)
     else:
         await open_all(db)  # the dead local holder is taken over at once
@@ -199,7 +200,7 @@ async def one_kill(tmp_path: Path, db: Path, cycle: int, rng: random.Random) -> 
 
 
 def check_agent_run(db: Path, workdir: Path, run_id: str, session: str) -> None:
-    store = SqliteStore(db)
+    store = JsonlStore(db) if db.is_dir() else SqliteStore(db)
     try:
         stored = store.read(session)
     finally:
@@ -250,12 +251,16 @@ async def agent_cycle(tmp_path: Path, db: Path, k: int, rng: random.Random) -> b
     return hit
 
 
+@pytest.mark.parametrize("backend", ["sqlite", "jsonl"])
 @pytest.mark.parametrize(("kills", "agent_runs"), [(size(20, 200), size(1, 10))])
 async def test_sigkill_loses_no_acknowledged_event(
-    tmp_path: Path, kills: int, agent_runs: int
+    tmp_path: Path, kills: int, agent_runs: int, backend: str
 ) -> None:
-    """SIGKILL at random moments loses no acknowledged event, tears no batch, strands no lease."""
-    db = tmp_path / "kill.db"
+    """SIGKILL at random moments loses no acknowledged event, tears no batch, strands no lease
+    (JSONL: a directory; its kernel locks die with the writer, "remote" writers included)."""
+    db = tmp_path / ("kill.db" if backend == "sqlite" else "kill.jsonl")
+    if backend == "jsonl":
+        db.mkdir()
     rng = random.Random(MASTER_SEED)
     acked = stored = 0
     for cycle in range(kills):
@@ -268,6 +273,7 @@ async def test_sigkill_loses_no_acknowledged_event(
     assert verify(db, before) == before  # the runs touched none of the writer's sessions
     record(
         "kill",
+        backend=backend,
         kills=kills,
         agent_runs=agent_runs,
         agent_runs_killed=hits,

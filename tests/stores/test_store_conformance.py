@@ -6,6 +6,7 @@ import pathlib
 
 from stores import MemoryStore, SqliteStore, Store
 from stores.conformance import DurableStoreConformance, StoreConformance
+from stores.jsonl import JsonlStore
 
 
 class TestMemoryStore(StoreConformance):
@@ -24,3 +25,14 @@ class TestSqliteStore(DurableStoreConformance):
     def reopen_store(self, store: Store, tmp_path: pathlib.Path) -> Store | None:
         store.close()
         return SqliteStore(tmp_path / "store.db")
+
+
+class TestJsonlStore(DurableStoreConformance):
+    """The JSONL file backend (one file per session), including the durability cases."""
+
+    def make_store(self, tmp_path: pathlib.Path) -> Store:
+        return JsonlStore(tmp_path / "store")
+
+    def reopen_store(self, store: Store, tmp_path: pathlib.Path) -> Store | None:
+        store.close()
+        return JsonlStore(tmp_path / "store")

@@ -1,0 +1,231 @@
+"""An index of one JSONL session file: its header, committed region and seq -> offset map.
+
+A :class:`FileIndex` is built by scanning the file once and then kept up to date by
+reading only what was appended since (:meth:`FileIndex.refresh`), so a read of the last
+50 events of a long session reads those 50 lines and nothing else. Readers keep one per
+session per handle and never lock anything: the committed region only grows by whole
+batches; a file that is rewritten is replaced by a new one (a new inode), which the
+index notices and reloads.
+"""
+
+from __future__ import annotations
+
+import bisect
+import json
+import os
+import re
+from array import array
+from typing import Any
+
+from .errors import StoreCorruptError, StoreIOError
+from .jsonl_format import Header, corrupt, decode_header, decode_lines, scan
+
+__all__ = ["FileIndex", "raw_events", "read_exact"]
+
+_FIRST_READ = 65536
+
+
+def read_exact(fd: int, size: int, offset: int, path: str) -> bytes:
+    """``size`` bytes at ``offset`` (fewer only at the end of the file)."""
+    chunks = []
+    while size > 0:
+        try:
+            chunk = os.pread(fd, size, offset)
+        except OSError as exc:
+            raise StoreIOError(f"{path}: cannot read ({exc})") from exc
+        if not chunk:
+            break
+        chunks.append(chunk)
+        size -= len(chunk)
+        offset += len(chunk)
+    return b"".join(chunks)
+
+
+class FileIndex:
+    """The index of one session file (see the module doc). Not thread-safe: each handle
+    keeps its own, used under that handle's lock."""
+
+    def __init__(self, path: str, fd: int, ino: int, header: Header, data_start: int) -> None:
+        self.path = path
+        self.fd = fd
+        self.ino = ino
+        self.header = header
+        self.data_start = data_start
+        #: End of the committed region; the size of the file when it was last scanned.
+        self.end = data_start
+        self.scanned_size = data_start
+        self.head = header.base_seq
+        #: Line offset of each own event: ``offsets[seq - base_seq - 1]``.
+        self.offsets = array("q")
+        #: Last seq of each batch, ascending.
+        self.batch_ends = array("q")
+        self.runs: dict[str, tuple[int, int]] = {}
+        self.last_ts: float | None = None
+        self.damage: tuple[int, str] | None = None
+
+    # -- opening ------------------------------------------------------------------------
+
+    @classmethod
+    def open(cls, path: str, *, write: bool = False) -> FileIndex | None:
+        """Open and index the file at ``path``; ``None`` if it does not exist."""
+        try:
+            fd = os.open(path, (os.O_RDWR | os.O_APPEND) if write else os.O_RDONLY)
+        except FileNotFoundError:
+            return None
+        except OSError as exc:
+            raise StoreIOError(f"{path}: cannot open ({exc})") from exc
+        try:
+            index = cls.from_fd(path, fd)
+        except BaseException:
+            os.close(fd)
+            raise
+        return index
+
+    @classmethod
+    def from_fd(cls, path: str, fd: int) -> FileIndex:
+        """Index an open file (the index owns ``fd`` from now on)."""
+        try:
+            info = os.fstat(fd)
+        except OSError as exc:
+            raise StoreIOError(f"{path}: cannot stat ({exc})") from exc
+        first = read_exact(fd, _FIRST_READ, 0, path)
+        newline = first.find(b"\n")
+        while newline < 0 and len(first) < info.st_size:
+            first += read_exact(fd, max(len(first), _FIRST_READ), len(first), path)
+            newline = first.find(b"\n")
+        if newline < 0:
+            decode_header(first, path)  # foreign (raises), or a header cut short:
+            raise StoreCorruptError(f"{path}: byte {len(first)}: the header record is cut short")
+        index = cls(path, fd, info.st_ino, decode_header(first[:newline], path), newline + 1)
+        index.refresh(info.st_size)
+        return index
+
+    def close(self) -> None:
+        """Close the file."""
+        fd, self.fd = self.fd, -1
+        if fd >= 0:
+            os.close(fd)
+
+    # -- keeping up -----------------------------------------------------------------------
+
+    def refresh(self, size: int) -> None:
+        """Index whatever whole batches the file (now ``size`` bytes) gained."""
+        if size == self.scanned_size:
+            return
+        if size < self.end:
+            self._reset()  # rolled back below what was indexed (a failed commit): rescan
+        data = read_exact(self.fd, size - self.end, self.end, self.path)
+        found = scan(data, self.end, self.head, self.path)
+        self.offsets.extend(found.offsets)
+        self.batch_ends.extend(found.batch_ends)
+        for run_id, (first, last) in found.runs.items():
+            known = self.runs.get(run_id)
+            self.runs[run_id] = (first if known is None else known[0], last)
+        if found.last_ts is not None:
+            self.last_ts = found.last_ts
+        self.end, self.head, self.damage = found.end, found.head, found.damage
+        # A torn tail is scanned again next time (its writer may finish or repair it).
+        self.scanned_size = self.end
+
+    def _reset(self) -> None:
+        self.end = self.scanned_size = self.data_start
+        self.head = self.header.base_seq
+        self.offsets = array("q")
+        self.batch_ends = array("q")
+        self.runs = {}
+        self.last_ts = None
+        self.damage = None
+
+    def appended(
+        self,
+        start: int,
+        size: int,
+        line_offsets: list[int],
+        first: int,
+        runs: list[tuple[str, int]],
+        ts: float,
+    ) -> None:
+        """Record a batch this process just wrote at ``start`` (``size`` bytes)."""
+        self.offsets.extend(start + o for o in line_offsets)
+        self.head = first + len(line_offsets) - 1
+        self.batch_ends.append(self.head)
+        for run_id, seq in runs:
+            known = self.runs.get(run_id)
+            self.runs[run_id] = (seq if known is None else known[0], seq)
+        self.last_ts = ts
+        self.end = self.scanned_size = start + size
+
+    def check(self) -> None:
+        """Raise :class:`StoreCorruptError` if the file is damaged inside its committed
+        region (so its head is unknown)."""
+        if self.damage is not None:
+            raise corrupt(self.damage)
+
+    # -- facts ------------------------------------------------------------------------------
+
+    @property
+    def updated_at(self) -> float:
+        """The time of the last change: the last batch's or the file's publication."""
+        if self.last_ts is None or self.last_ts < self.header.updated_at:
+            return self.header.updated_at
+        return self.last_ts
+
+    def offset_of(self, seq: int) -> int:
+        """Offset of own event ``seq``'s line; the committed end for ``head + 1``."""
+        if seq > self.head:
+            return self.end
+        return self.offsets[seq - self.header.base_seq - 1]
+
+    def batch_start_seq(self, seq: int) -> int:
+        """The first seq of the batch holding own event ``seq``."""
+        i = bisect.bisect_left(self.batch_ends, seq)
+        return (self.batch_ends[i - 1] if i else self.header.base_seq) + 1
+
+    def read_rows(
+        self, session_id: str, lo: int, hi: int
+    ) -> list[tuple[int, float, str, Any, str | None]]:
+        """Own events ``lo < seq <= hi`` (within the committed region), decoded and
+        checked: ``(seq, ts, kind, data, run_id)`` rows."""
+        if hi <= lo:
+            return []
+        start, stop = self.offset_of(lo + 1), self.offset_of(hi + 1)
+        data = read_exact(self.fd, stop - start, start, self.path)
+        if len(data) != stop - start:
+            raise StoreCorruptError(
+                f"{self.path}: byte {start + len(data)}: the file is shorter than its index"
+            )
+        return decode_lines(data, session_id, lo + 1, self.path, start)
+
+    def raw_rows(self, lo: int, hi: int) -> list[tuple[str, str, str | None]]:
+        """Own events ``lo < seq <= hi`` as ``(kind, data_json, run_id)``, the data as the
+        exact stored text (what a resent op is compared with)."""
+        if hi <= lo:
+            return []
+        start, stop = self.offset_of(lo + 1), self.offset_of(hi + 1)
+        return raw_events(read_exact(self.fd, stop - start, start, self.path), self.path, start)
+
+
+_RAW = re.compile(
+    rb'\{"seq":\d+,"ts":[^,]+,"kind":("(?:[^"\\]|\\.)*")(?:,"run_id":("(?:[^"\\]|\\.)*"))?,"data":'
+)
+_TAIL = re.compile(rb'(?:,"end":\[\d+,\d+\])?\}\Z')
+
+
+def raw_events(data: bytes, path: str, offset: int) -> list[tuple[str, str, str | None]]:
+    """``(kind, data_json, run_id)`` of whole event lines, data as stored."""
+    rows = []
+    for line in data.split(b"\n")[:-1]:
+        match = _RAW.match(line)
+        tail = _TAIL.search(line)
+        if match is None or tail is None:
+            raise StoreCorruptError(f"{path}: byte {offset}: damaged event record")
+        run = match.group(2)
+        rows.append(
+            (
+                json.loads(match.group(1)),
+                line[match.end() : tail.start()].decode("utf-8"),
+                None if run is None else json.loads(run),
+            )
+        )
+        offset += len(line) + 1
+    return rows
