@@ -10,7 +10,7 @@ readers), so readers never queue behind the writer.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Protocol, runtime_checkable
+from typing import Literal, Protocol, TypeAlias, runtime_checkable
 
 import attrs
 
@@ -28,6 +28,7 @@ __all__ = [
     "BatchResult",
     "DeleteOp",
     "GroupOp",
+    "ListOrder",
     "Pin",
     "ReplaceOp",
     "Store",
@@ -133,6 +134,13 @@ class Pin:
     as_of_seq: int
     incarnation: int
     epoch: int
+
+
+#: The orders :meth:`Store.list_sessions` lists sessions in: ``"id"`` (by id, in code point
+#: order -- the UTF-8 byte order; the only order a cursor pages through) or ``"updated"``
+#: (most recently updated first, ties by id; one page only, since a session updated while
+#: paging would move between pages).
+ListOrder: TypeAlias = Literal["id", "updated"]
 
 
 @runtime_checkable
@@ -242,8 +250,28 @@ class Store(Protocol):
         """Pin the session's current version (``None`` if unknown). Holds no lock."""
         ...
 
-    def list_sessions(self, *, limit: int | None = None) -> list[SessionInfo]:
-        """Sessions, most recently updated first (ties: by id)."""
+    def list_sessions(
+        self,
+        *,
+        limit: int | None = None,
+        prefix: str | None = None,
+        after: str | None = None,
+        order: ListOrder = "id",
+    ) -> list[SessionInfo]:
+        """Sessions whose id starts with ``prefix`` (default: all), at most ``limit``.
+
+        ``order="id"`` (default): by id in code point order (which is also the UTF-8 byte
+        order), only those after the id ``after`` -- a cursor: pass the last id of a page
+        to get the next one. Paging this way is stable under concurrent writes: every
+        session that exists throughout is listed exactly once, whatever is created, written
+        or deleted meanwhile (a session created behind the cursor shows up only if its id
+        sorts after it). ``order="updated"``: most recently updated first (ties by id);
+        this order has no cursor (``after`` must be ``None``), since a session written
+        between two pages would move from one to the other.
+
+        Raises :class:`InvalidArgumentError` for a bad ``limit``, ``order`` or ``prefix``
+        (a ``str`` of at most 256 characters without lone surrogates), an ``after`` that
+        is not a valid id, or ``after`` with ``order="updated"``."""
         ...
 
     def delete(self, session_id: str) -> bool:

@@ -24,6 +24,7 @@ from ._checks import (
     check_fork,
     check_fork_args,
     check_lease_args,
+    check_list_args,
     check_pin_arg,
     check_projection_args,
     check_read_args,
@@ -35,6 +36,7 @@ from .contract import (
     AppendOp,
     BatchResult,
     GroupOp,
+    ListOrder,
     Pin,
     ReplaceOp,
     Store,
@@ -55,7 +57,6 @@ from .records import (
     JSON,
     SessionInfo,
     StoredEvent,
-    check_count,
     check_flag,
     check_seq,
     decode_json,
@@ -380,13 +381,29 @@ class MemoryStore(BatchingStore):
             assert session is not None
             return Pin(pin.session_id, len(session.rows), session.incarnation, session.epoch)
 
-    def list_sessions(self, *, limit: int | None = None) -> list[SessionInfo]:
+    def list_sessions(
+        self,
+        *,
+        limit: int | None = None,
+        prefix: str | None = None,
+        after: str | None = None,
+        order: ListOrder = "id",
+    ) -> list[SessionInfo]:
         """See :meth:`Store.list_sessions`."""
-        check_count(limit, "limit")
+        check_list_args(limit, prefix, after, order)
         with self._locked() as state:
-            infos = [s.info(sid) for sid, s in state.sessions.items()]
-        infos.sort(key=lambda i: (-i.updated_at, i.id))
-        return infos if limit is None else infos[:limit]
+            ids = [
+                sid
+                for sid in state.sessions
+                if (prefix is None or sid.startswith(prefix)) and (after is None or sid > after)
+            ]
+            if order == "id":
+                ids.sort()
+                picked = [(sid, state.sessions[sid]) for sid in ids[:limit]]
+            else:
+                found = sorted((-state.sessions[sid].updated_at, sid) for sid in ids)
+                picked = [(sid, state.sessions[sid]) for _, sid in found[:limit]]
+            return [session.info(sid) for sid, session in picked]
 
     # -- projection checkpoints --------------------------------------------------------
 

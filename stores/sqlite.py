@@ -27,6 +27,7 @@ from ._checks import (
     check_create_args,
     check_fork_args,
     check_lease_args,
+    check_list_args,
     check_pin_arg,
     check_projection_args,
     check_read_args,
@@ -36,6 +37,7 @@ from ._checks import (
 from .contract import (
     AppendOp,
     BatchResult,
+    ListOrder,
     Pin,
     Store,
     WriteOp,
@@ -45,7 +47,6 @@ from .records import (
     JSON,
     SessionInfo,
     StoredEvent,
-    check_count,
     check_flag,
     check_seq,
     events_from_rows,
@@ -381,14 +382,19 @@ class SqliteStore(BatchingStore):
             )
         return Pin(pin.session_id, head, pin.incarnation, epoch)
 
-    def list_sessions(self, *, limit: int | None = None) -> list[SessionInfo]:
-        """See :meth:`Store.list_sessions`."""
-        check_count(limit, "limit")
+    def list_sessions(
+        self,
+        *,
+        limit: int | None = None,
+        prefix: str | None = None,
+        after: str | None = None,
+        order: ListOrder = "id",
+    ) -> list[SessionInfo]:
+        """See :meth:`Store.list_sessions`: one range of the ids' unique index."""
+        check_list_args(limit, prefix, after, order)
+        sql, args = sqlops.list_query(limit, prefix, after, order)
         with self._connection("list_sessions") as conn:
-            rows = conn.execute(
-                f"SELECT {sqlops.INFO_COLUMNS} FROM sessions ORDER BY updated_at DESC, id LIMIT ?",
-                (-1 if limit is None else limit,),
-            ).fetchall()
+            rows = conn.execute(sql, args).fetchall()
         return [sqlops.session_info(r) for r in rows]
 
     # -- projection checkpoints --------------------------------------------------------

@@ -15,6 +15,7 @@ import apsw
 import attrs
 
 from ._batching import StoredTail, check_replace, resent_tail
+from ._checks import prefix_end
 from .contract import (
     AppendOp,
     BatchResult,
@@ -59,6 +60,32 @@ def session_info(row: Sequence[Any]) -> SessionInfo:
         ) from exc
     parent = None if parent_id is None else (parent_id, parent_seq)
     return SessionInfo(session_id, head, created_at, updated_at, header, parent)
+
+
+def list_query(
+    limit: int | None, prefix: str | None, after: str | None, order: str
+) -> tuple[str, tuple[Any, ...]]:
+    """The query of a checked :meth:`Store.list_sessions <stores.contract.Store.list_sessions>`
+    call and its arguments. SQLite compares text as UTF-8 bytes, which is the code point
+    order the contract names; a prefix is a range of the ids' index."""
+    where: list[str] = []
+    args: list[Any] = []
+    if prefix:
+        where.append("id >= ?")
+        args.append(prefix)
+        end = prefix_end(prefix)
+        if end is not None:
+            where.append("id < ?")
+            args.append(end)
+    if after is not None:
+        where.append("id > ?")
+        args.append(after)
+    sql = f"SELECT {INFO_COLUMNS} FROM sessions"
+    if where:
+        sql += " WHERE " + " AND ".join(where)
+    sql += " ORDER BY id LIMIT ?" if order == "id" else " ORDER BY updated_at DESC, id LIMIT ?"
+    args.append(-1 if limit is None else limit)
+    return sql, tuple(args)
 
 
 def create_session(
