@@ -17,6 +17,7 @@ import attrs
 from .errors import TidelogError
 from .records import (
     JSON,
+    LeaseInfo,
     NewEvent,
     PreparedEvent,
     SessionInfo,
@@ -340,6 +341,13 @@ class Store(Protocol):
 
     def release_lease(self, session_id: str, owner: str) -> None:
         """Give up ``owner``'s lease; a no-op if it is not (or no longer) ``owner``'s."""
+        ...
+
+    def list_leases(self, *, prefix: str | None = None) -> list[LeaseInfo]:
+        """The leases stored for sessions whose id starts with ``prefix`` (default: all),
+        by session id: expired ones too (``expires`` tells). Operators read it to see who
+        writes what; :class:`InvalidArgumentError` for a bad ``prefix`` (as in
+        :meth:`list_sessions`)."""
         ...
 
     # -- change detection, handles ------------------------------------------------------

@@ -55,6 +55,7 @@ from .errors import (
 from .leases import lease_is_free
 from .records import (
     JSON,
+    LeaseInfo,
     SessionInfo,
     StoredEvent,
     check_flag,
@@ -478,6 +479,16 @@ class MemoryStore(BatchingStore):
             lease = state.leases.get(session_id)
             if lease is not None and lease.owner == owner:
                 del state.leases[session_id]
+
+    def list_leases(self, *, prefix: str | None = None) -> list[LeaseInfo]:
+        """See :meth:`Store.list_leases`."""
+        check_list_args(None, prefix, None, "id")
+        with self._locked() as state:
+            return [
+                LeaseInfo(sid, lease.owner, lease.holder, lease.expires)
+                for sid, lease in sorted(state.leases.items())
+                if prefix is None or sid.startswith(prefix)
+            ]
 
     # -- handles -----------------------------------------------------------------------
 

@@ -45,6 +45,7 @@ from .contract import (
 from .errors import ClosedError, ReadOnlyError
 from .records import (
     JSON,
+    LeaseInfo,
     SessionInfo,
     StoredEvent,
     check_flag,
@@ -445,6 +446,12 @@ class SqliteStore(BatchingStore):
         check_lease_args(owner)
         with self._write("release_lease") as conn:
             aux.release_lease(conn, session_id, owner)
+
+    def list_leases(self, *, prefix: str | None = None) -> list[LeaseInfo]:
+        """See :meth:`Store.list_leases`."""
+        check_list_args(None, prefix, None, "id")
+        with self._connection("list_leases") as conn:
+            return aux.list_leases(conn, prefix)
 
     # -- maintenance, handles ----------------------------------------------------------
 

@@ -1,15 +1,16 @@
 """Conformance cases: listing sessions -- the id order, the cursor (``after``), prefixes,
-and paging that stays exact while other writes go on."""
+and paging that stays exact while other writes go on -- and listing leases."""
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from stores import InvalidArgumentError, SessionInfo, Store
+from stores import InvalidArgumentError, LeaseInfo, SessionInfo, Store
 
 __all__ = ["ListingCases"]
 
@@ -155,3 +156,32 @@ class ListingCases(ConformanceBase):
             store.create(sid)
         expected = sorted(i for i in ids if prefix is None or i.startswith(prefix))
         assert _page_through(store, size, prefix) == expected
+
+    # -- leases ---------------------------------------------------------------------------
+
+    def test_list_leases_shows_holders_and_expiry(self, store: Store) -> None:
+        """list_leases shows each stored lease (owner, holder, expiry), by id, expired
+        ones too; a prefix selects ids; released and deleted sessions' leases are gone;
+        a read-only clone sees them."""
+        assert store.list_leases() == []
+        before = time.time()
+        store.acquire_lease("run/b", "B", ttl=60.0, holder="host b")
+        store.acquire_lease("a", "A", ttl=0.0, holder="host a")
+        store.acquire_lease("run/c", "C", ttl=60.0, holder="host c")
+        leases = store.list_leases()
+        assert [(i.session_id, i.owner, i.holder) for i in leases] == [
+            ("a", "A", "host a"),
+            ("run/b", "B", "host b"),
+            ("run/c", "C", "host c"),
+        ]
+        assert all(isinstance(i, LeaseInfo) for i in leases)
+        assert leases[0].expires <= time.time() < leases[1].expires
+        assert before + 59 < leases[1].expires < time.time() + 61
+        assert [i.session_id for i in store.list_leases(prefix="run/")] == ["run/b", "run/c"]
+        store.release_lease("run/b", "B")
+        store.append("run/c", _events(1))
+        store.delete("run/c")
+        reader = self._track(store.clone(read_only=True))
+        assert [i.session_id for i in reader.list_leases()] == ["a"]
+        with pytest.raises(InvalidArgumentError):
+            store.list_leases(prefix=5)  # type: ignore[arg-type]
