@@ -32,6 +32,7 @@ __all__ = [
     "ListOrder",
     "Pin",
     "ReplaceOp",
+    "RestoreOp",
     "Store",
     "TruncateOp",
     "WriteOp",
@@ -100,6 +101,33 @@ class ReplaceOp:
 
 
 @attrs.frozen
+class RestoreOp:
+    """Write part of a session exactly as it was recorded elsewhere (a dump being
+    imported): the events keep their commit times, the session its creation time, header
+    and lineage, instead of taking the current time and an empty lineage.
+
+    ``events`` land after ``expected_head``, which must be the session's head (else
+    :class:`~stores.errors.ConflictError`; a missing session's head is 0), with the commit
+    times ``stamps`` (one finite float per event). If the session does not exist (then
+    ``expected_head`` is 0), the op creates it -- even with no events -- with
+    ``header_json`` (a JSON object's canonical text, as ``encode_json`` writes it),
+    ``created_at`` and ``parent`` (``(session_id, seq)`` of a fork; informational: the
+    events are the op's own, nothing is shared). The session's ``updated_at`` becomes
+    ``updated_at`` afterwards. Writing a session in several ops (``expected_head`` = the
+    previous op's result) restores any length in bounded memory. Not allowed in a
+    :class:`GroupOp`. Result: the new head."""
+
+    session_id: str
+    events: tuple[PreparedEvent, ...]
+    stamps: tuple[float, ...]
+    expected_head: int
+    header_json: str = "{}"
+    created_at: float = 0.0
+    updated_at: float = 0.0
+    parent: tuple[str, int] | None = None
+
+
+@attrs.frozen
 class GroupOp:
     """Several ops (possibly for several sessions) applied all or nothing inside a batch:
     if any of them fails, none of them is applied and the group's result is that error.
@@ -114,10 +142,10 @@ class GroupOp:
 
 
 #: Anything :meth:`Store.write_batch` accepts.
-WriteOp = AppendOp | TruncateOp | DeleteOp | ReplaceOp | GroupOp
+WriteOp = AppendOp | TruncateOp | DeleteOp | ReplaceOp | GroupOp | RestoreOp
 
-#: Per op: an int on success (the new head for an append, the count removed for a truncate,
-#: 1/0 for a delete), or the (tidelog) error that failed that op alone.
+#: Per op: an int on success (the new head for an append or a restore, the count removed
+#: for a truncate, 1/0 for a delete), or the (tidelog) error that failed that op alone.
 BatchResult = int | TidelogError
 
 

@@ -39,12 +39,14 @@ from .contract import (
     ListOrder,
     Pin,
     ReplaceOp,
+    RestoreOp,
     Store,
     TruncateOp,
     WriteOp,
 )
 from .errors import (
     ClosedError,
+    ConflictError,
     OwnershipLostError,
     ReadOnlyError,
     SessionExistsError,
@@ -184,6 +186,8 @@ class MemoryStore(BatchingStore):
     def _apply_op(self, state: _State, op: WriteOp, now: float) -> int:
         if isinstance(op, AppendOp):
             return self._apply(state, op, now)
+        if isinstance(op, RestoreOp):
+            return self._restore(state, op)
         if isinstance(op, GroupOp):
             saved = {i: copy.deepcopy(state.sessions.get(i)) for i in _session_ids(op)}
             leases = {i: copy.deepcopy(state.leases.get(i)) for i in _session_ids(op)}
@@ -204,6 +208,23 @@ class MemoryStore(BatchingStore):
         if isinstance(op, ReplaceOp):
             return self._replace(state, op, now)
         return int(self._delete(state, op.session_id))
+
+    def _restore(self, state: _State, op: RestoreOp) -> int:
+        session = state.sessions.get(op.session_id)
+        head = 0 if session is None else len(session.rows)
+        if op.expected_head != head:
+            raise ConflictError(op.session_id, op.expected_head, head)
+        if session is None:
+            session = self._new_session(state, op.header_json, op.created_at)
+            session.parent = op.parent
+            state.sessions[op.session_id] = session
+        session.rows.extend(
+            (head + i, ts, ev.kind, ev.data_json, ev.run_id)
+            for i, (ev, ts) in enumerate(zip(op.events, op.stamps, strict=True), start=1)
+        )
+        session.updated_at = op.updated_at
+        state.version += 1
+        return len(session.rows)
 
     def _replace(self, state: _State, op: ReplaceOp, now: float) -> int:
         session = state.sessions.get(op.session_id)

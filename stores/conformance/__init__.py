@@ -40,6 +40,7 @@ from .limits import LimitCases
 from .listing import ListingCases
 from .log import LogCases
 from .readonly import ReadOnlyCases
+from .restore import RestoreCases
 
 __all__ = ["DurableStoreConformance", "StoreConformance"]
 
@@ -54,6 +55,7 @@ class StoreConformance(
     HandleCases,
     ForkCases,
     ReadOnlyCases,
+    RestoreCases,
 ):
     """Conformance cases for any :class:`~stores.contract.Store`.
 
