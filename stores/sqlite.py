@@ -11,12 +11,13 @@ commit), with ``"full"`` at every commit. See ``docs/durability.md``.
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
-from typing import Literal, TypeGuard
+from typing import Concatenate, Literal, ParamSpec, TypeGuard, TypeVar
 
 import apsw
 
@@ -42,7 +43,7 @@ from .contract import (
     Store,
     WriteOp,
 )
-from .errors import ClosedError, ReadOnlyError
+from .errors import ClosedError, ReadOnlyError, StoreBusyError, TidelogError
 from .records import (
     JSON,
     LeaseInfo,
@@ -56,16 +57,19 @@ from .records import (
 from .sqlite_base import in_savepoint, map_errors, one, transaction
 from .sqlite_lineage import find_run as lineage_find_run
 from .sqlite_lineage import fork_session, ranges_of
+from .sqlite_readonly import MAX_REREADS, ReadOnlyFile
 from .sqlite_schema import (
     Synchronous,
     check_integrity,
     check_options,
     check_path,
     open_connection,
-    open_read_only,
 )
 
 __all__ = ["CHECKPOINT_FALLBACK_PAGES", "Checkpoints", "SqliteStore"]
+
+P = ParamSpec("P")
+R = TypeVar("R")
 
 #: ``"auto"``: every commit that leaves 1000+ WAL frames checkpoints (SQLite's default).
 #: ``"deferred"``: commits leave checkpoints to the owner, who calls :meth:`~SqliteStore.
@@ -95,6 +99,33 @@ def _apply_isolated(conn: apsw.Connection, op: WriteOp, now: float) -> int:
     return in_savepoint(conn, sqlops.apply_op, op, now)
 
 
+class _Reread(Exception):
+    """A writer changed the file while an immutable read-only connection read it: the
+    call is made again on a fresh connection (a control-flow signal, never seen by
+    callers)."""
+
+
+def _rereads(
+    method: Callable[Concatenate[SqliteStore, P], R],
+) -> Callable[Concatenate[SqliteStore, P], R]:
+    """Make a read method again, on a fresh connection, when a writer changed the file
+    under it (see :mod:`stores.sqlite_readonly`); give up after :data:`MAX_REREADS`
+    tries with :class:`~stores.errors.StoreBusyError`."""
+
+    @functools.wraps(method)
+    def call(self: SqliteStore, /, *args: P.args, **kwargs: P.kwargs) -> R:
+        for _ in range(MAX_REREADS):
+            try:
+                return method(self, *args, **kwargs)
+            except _Reread:
+                continue
+        raise StoreBusyError(
+            f"{method.__name__}: {self.path!r} kept changing while it was read as immutable"
+        )
+
+    return call
+
+
 class _OpByOp(Exception):
     """The fast path met a value too big for SQLite: redo the batch op by op, so that
     the op holding it fails alone (a control-flow signal, never seen by callers)."""
@@ -116,9 +147,11 @@ class SqliteStore(BatchingStore):
             the owner, who calls :meth:`checkpoint_wal` on another handle, off the write path;
             see :data:`Checkpoints`).
         read_only: open an existing file for reading only: it is never created, migrated
-            or written, and every write method raises :class:`~stores.errors.ReadOnlyError`
-            (see :func:`~stores.sqlite_schema.open_read_only`). :attr:`immutable` tells
-            whether the file had to be opened as immutable (its directory is not writable).
+            or written, and every write method raises :class:`~stores.errors.ReadOnlyError`.
+            No file is created beside it either: while nobody has the database open (it
+            has no ``-wal``), it is read as immutable (:attr:`immutable`), and a writer
+            that comes along is noticed at the next call, which then reads through the
+            writer's ``-wal`` (see :mod:`stores.sqlite_readonly`).
         length_limit: SQLite's ``SQLITE_LIMIT_LENGTH`` for this connection, in bytes: the
             longest text and the largest row it stores or reads (``None``: SQLite's
             1,000,000,000). A batch op that would store more fails alone with
@@ -159,21 +192,23 @@ class SqliteStore(BatchingStore):
         self.checkpoints: Checkpoints = checkpoints
         self.read_only = read_only
         self.length_limit = length_limit
-        #: True when the file is read as immutable: a read-only store whose directory does
-        #: not let SQLite create the WAL index. It then sees no later change of the file.
+        #: True while the file is read as immutable: a read-only store of a database that
+        #: nobody has open (no ``-wal``), or whose WAL index cannot be created here.
         self.immutable = False
         #: Frames in the WAL after this handle's last commit (kept with ``"deferred"``).
         self.wal_pages = 0
         self._fallback_done = 0
         self._lock = threading.RLock()
         self._conn: apsw.Connection | None
+        self._ro: ReadOnlyFile | None = None
         if read_only:
-            self._conn, self.immutable = open_read_only(
+            self._ro = ReadOnlyFile.open(
                 self.path,
                 busy_timeout_ms=busy_timeout_ms,
                 integrity_check=integrity_check_on_open,
                 length_limit=length_limit,
             )
+            self._conn, self.immutable = self._ro.conn, self._ro.immutable
         else:
             self._conn = open_connection(
                 self.path,
@@ -208,8 +243,25 @@ class SqliteStore(BatchingStore):
                 raise ClosedError(f"{what}: this SqliteStore was closed")
             if write and self.read_only:
                 raise ReadOnlyError(what, f"this SqliteStore of {self.path!r} is read-only")
-            with map_errors(what, writing=write):
-                yield conn
+            watch = self._ro if self._ro is not None and self._ro.watched is not None else None
+            if watch is None:
+                with map_errors(what, writing=write):
+                    yield conn
+                return
+            with map_errors(what):
+                if watch.changed():  # a writer came or went: read afresh
+                    watch.reopen()
+                    conn = self._conn = watch.conn
+                    self.immutable = watch.immutable
+            try:
+                with map_errors(what):
+                    yield conn
+            except TidelogError:
+                if watch.changed():
+                    raise _Reread from None  # a failure caused by the change, maybe
+                raise
+            if watch.changed():
+                raise _Reread  # what was read may mix two versions of the file
 
     @contextmanager
     def _write(
@@ -313,6 +365,7 @@ class SqliteStore(BatchingStore):
         with self._write("truncate") as conn:
             return sqlops.truncate_session(conn, session_id, to_seq, time.time())
 
+    @_rereads
     def read(
         self,
         session_id: str,
@@ -338,6 +391,7 @@ class SqliteStore(BatchingStore):
                     )
         return events_from_rows(session_id, rows)
 
+    @_rereads
     def head(self, session_id: str) -> int:
         """See :meth:`Store.head`."""
         validate_session_id(session_id)
@@ -345,6 +399,7 @@ class SqliteStore(BatchingStore):
             row = conn.execute("SELECT head FROM sessions WHERE id=?", (session_id,)).fetchone()
         return 0 if row is None else int(row[0])
 
+    @_rereads
     def stat(self, session_id: str) -> SessionInfo | None:
         """See :meth:`Store.stat`."""
         validate_session_id(session_id)
@@ -354,6 +409,7 @@ class SqliteStore(BatchingStore):
             ).fetchone()
         return None if row is None else sqlops.session_info(row)
 
+    @_rereads
     def pin(self, session_id: str) -> Pin | None:
         """See :meth:`Store.pin`."""
         validate_session_id(session_id)
@@ -363,6 +419,7 @@ class SqliteStore(BatchingStore):
             ).fetchone()
         return None if row is None else Pin(session_id, row[1], row[0], row[2])
 
+    @_rereads
     def find_run(self, session_id: str, run_id: str) -> tuple[int, int] | None:
         """See :meth:`Store.find_run` (served by the ``events_by_run`` index)."""
         validate_session_id(session_id)
@@ -373,6 +430,7 @@ class SqliteStore(BatchingStore):
                 return None
             return lineage_find_run(conn, ranges_of(conn, row[0]), run_id)
 
+    @_rereads
     def refresh_pin(self, pin: Pin) -> Pin:
         """See :meth:`Store.refresh_pin`."""
         check_pin_arg(pin)
@@ -383,6 +441,7 @@ class SqliteStore(BatchingStore):
             )
         return Pin(pin.session_id, head, pin.incarnation, epoch)
 
+    @_rereads
     def list_sessions(
         self,
         *,
@@ -407,6 +466,7 @@ class SqliteStore(BatchingStore):
         with self._write("save_projection") as conn:
             aux.save_projection(conn, pin, name, version, state_json)
 
+    @_rereads
     def load_projection(self, session_id: str, name: str, version: int) -> tuple[int, str] | None:
         """See :meth:`Store.load_projection`."""
         validate_session_id(session_id)
@@ -447,6 +507,7 @@ class SqliteStore(BatchingStore):
         with self._write("release_lease") as conn:
             aux.release_lease(conn, session_id, owner)
 
+    @_rereads
     def list_leases(self, *, prefix: str | None = None) -> list[LeaseInfo]:
         """See :meth:`Store.list_leases`."""
         check_list_args(None, prefix, None, "id")
@@ -455,6 +516,7 @@ class SqliteStore(BatchingStore):
 
     # -- maintenance, handles ----------------------------------------------------------
 
+    @_rereads
     def check_integrity(self) -> tuple[bool, str]:
         """Run ``PRAGMA integrity_check``: ``(True, "ok")`` or ``(False, what is wrong)``."""
         with self._connection("check_integrity") as conn:
@@ -487,10 +549,13 @@ class SqliteStore(BatchingStore):
         with contextlib.suppress(apsw.Error):
             self._fallback_done = self._checkpoint(conn)
 
+    @_rereads
     def data_version(self) -> int:
         """``PRAGMA data_version``: changes when another connection or process commits."""
         with self._connection("data_version") as conn:
-            return int(one(conn, "PRAGMA data_version")[0])
+            version = int(one(conn, "PRAGMA data_version")[0])
+        # A reopened read-only connection counts afresh: its generation tells them apart.
+        return version + (0 if self._ro is None else self._ro.generation << 32)
 
     def clone(self, *, read_only: bool | None = None) -> SqliteStore:
         """Another connection to the same file with the same settings; read-only if this
