@@ -11,13 +11,12 @@ commit), with ``"full"`` at every commit. See ``docs/durability.md``.
 from __future__ import annotations
 
 import contextlib
-import functools
 import os
 import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from typing import Concatenate, Literal, ParamSpec, TypeGuard, TypeVar
+from typing import Literal, TypeGuard
 
 import apsw
 
@@ -43,7 +42,7 @@ from .contract import (
     Store,
     WriteOp,
 )
-from .errors import ClosedError, ReadOnlyError, StoreBusyError, TidelogError
+from .errors import ClosedError, ReadOnlyError, TidelogError
 from .records import (
     JSON,
     LeaseInfo,
@@ -57,10 +56,10 @@ from .records import (
 from .sqlite_base import in_savepoint, map_errors, one, transaction
 from .sqlite_lineage import find_run as lineage_find_run
 from .sqlite_lineage import fork_session, ranges_of
-from .sqlite_readonly import MAX_REREADS, ReadOnlyFile
+from .sqlite_maintenance import SqliteMaintenance
+from .sqlite_readonly import ReadOnlyFile, Reread, rereads
 from .sqlite_schema import (
     Synchronous,
-    check_integrity,
     check_options,
     check_path,
     open_connection,
@@ -68,8 +67,6 @@ from .sqlite_schema import (
 
 __all__ = ["CHECKPOINT_FALLBACK_PAGES", "Checkpoints", "SqliteStore"]
 
-P = ParamSpec("P")
-R = TypeVar("R")
 
 #: ``"auto"``: every commit that leaves 1000+ WAL frames checkpoints (SQLite's default).
 #: ``"deferred"``: commits leave checkpoints to the owner, who calls :meth:`~SqliteStore.
@@ -99,40 +96,15 @@ def _apply_isolated(conn: apsw.Connection, op: WriteOp, now: float) -> int:
     return in_savepoint(conn, sqlops.apply_op, op, now)
 
 
-class _Reread(Exception):
-    """A writer changed the file while an immutable read-only connection read it: the
-    call is made again on a fresh connection (a control-flow signal, never seen by
-    callers)."""
-
-
-def _rereads(
-    method: Callable[Concatenate[SqliteStore, P], R],
-) -> Callable[Concatenate[SqliteStore, P], R]:
-    """Make a read method again, on a fresh connection, when a writer changed the file
-    under it (see :mod:`stores.sqlite_readonly`); give up after :data:`MAX_REREADS`
-    tries with :class:`~stores.errors.StoreBusyError`."""
-
-    @functools.wraps(method)
-    def call(self: SqliteStore, /, *args: P.args, **kwargs: P.kwargs) -> R:
-        for _ in range(MAX_REREADS):
-            try:
-                return method(self, *args, **kwargs)
-            except _Reread:
-                continue
-        raise StoreBusyError(
-            f"{method.__name__}: {self.path!r} kept changing while it was read as immutable"
-        )
-
-    return call
-
-
 class _OpByOp(Exception):
     """The fast path met a value too big for SQLite: redo the batch op by op, so that
     the op holding it fails alone (a control-flow signal, never seen by callers)."""
 
 
-class SqliteStore(BatchingStore):
-    """A :class:`~stores.contract.Store` in one SQLite file (WAL, apsw).
+class SqliteStore(SqliteMaintenance, BatchingStore):
+    """A :class:`~stores.contract.Store` in one SQLite file (WAL, apsw), with the
+    operator's methods of :class:`~stores.sqlite_maintenance.SqliteMaintenance`
+    (integrity and lineage checks, storage figures, online backup).
 
     Args:
         path: the database file; created (mode 0644 before umask) if missing.
@@ -258,10 +230,10 @@ class SqliteStore(BatchingStore):
                     yield conn
             except TidelogError:
                 if watch.changed():
-                    raise _Reread from None  # a failure caused by the change, maybe
+                    raise Reread from None  # a failure caused by the change, maybe
                 raise
             if watch.changed():
-                raise _Reread  # what was read may mix two versions of the file
+                raise Reread  # what was read may mix two versions of the file
 
     @contextmanager
     def _write(
@@ -365,7 +337,7 @@ class SqliteStore(BatchingStore):
         with self._write("truncate") as conn:
             return sqlops.truncate_session(conn, session_id, to_seq, time.time())
 
-    @_rereads
+    @rereads
     def read(
         self,
         session_id: str,
@@ -391,7 +363,7 @@ class SqliteStore(BatchingStore):
                     )
         return events_from_rows(session_id, rows)
 
-    @_rereads
+    @rereads
     def head(self, session_id: str) -> int:
         """See :meth:`Store.head`."""
         validate_session_id(session_id)
@@ -399,7 +371,7 @@ class SqliteStore(BatchingStore):
             row = conn.execute("SELECT head FROM sessions WHERE id=?", (session_id,)).fetchone()
         return 0 if row is None else int(row[0])
 
-    @_rereads
+    @rereads
     def stat(self, session_id: str) -> SessionInfo | None:
         """See :meth:`Store.stat`."""
         validate_session_id(session_id)
@@ -409,7 +381,7 @@ class SqliteStore(BatchingStore):
             ).fetchone()
         return None if row is None else sqlops.session_info(row)
 
-    @_rereads
+    @rereads
     def pin(self, session_id: str) -> Pin | None:
         """See :meth:`Store.pin`."""
         validate_session_id(session_id)
@@ -419,7 +391,7 @@ class SqliteStore(BatchingStore):
             ).fetchone()
         return None if row is None else Pin(session_id, row[1], row[0], row[2])
 
-    @_rereads
+    @rereads
     def find_run(self, session_id: str, run_id: str) -> tuple[int, int] | None:
         """See :meth:`Store.find_run` (served by the ``events_by_run`` index)."""
         validate_session_id(session_id)
@@ -430,7 +402,7 @@ class SqliteStore(BatchingStore):
                 return None
             return lineage_find_run(conn, ranges_of(conn, row[0]), run_id)
 
-    @_rereads
+    @rereads
     def refresh_pin(self, pin: Pin) -> Pin:
         """See :meth:`Store.refresh_pin`."""
         check_pin_arg(pin)
@@ -441,7 +413,7 @@ class SqliteStore(BatchingStore):
             )
         return Pin(pin.session_id, head, pin.incarnation, epoch)
 
-    @_rereads
+    @rereads
     def list_sessions(
         self,
         *,
@@ -466,7 +438,7 @@ class SqliteStore(BatchingStore):
         with self._write("save_projection") as conn:
             aux.save_projection(conn, pin, name, version, state_json)
 
-    @_rereads
+    @rereads
     def load_projection(self, session_id: str, name: str, version: int) -> tuple[int, str] | None:
         """See :meth:`Store.load_projection`."""
         validate_session_id(session_id)
@@ -507,7 +479,7 @@ class SqliteStore(BatchingStore):
         with self._write("release_lease") as conn:
             aux.release_lease(conn, session_id, owner)
 
-    @_rereads
+    @rereads
     def list_leases(self, *, prefix: str | None = None) -> list[LeaseInfo]:
         """See :meth:`Store.list_leases`."""
         check_list_args(None, prefix, None, "id")
@@ -515,16 +487,6 @@ class SqliteStore(BatchingStore):
             return aux.list_leases(conn, prefix)
 
     # -- maintenance, handles ----------------------------------------------------------
-
-    @_rereads
-    def check_integrity(self) -> tuple[bool, str]:
-        """Run ``PRAGMA integrity_check``: ``(True, "ok")`` or ``(False, what is wrong)``."""
-        with self._connection("check_integrity") as conn:
-            try:
-                return check_integrity(conn)
-            except (apsw.CorruptError, apsw.NotADBError) as exc:
-                # Damage that stops the check itself is a finding, not a failure to check.
-                return False, f"{type(exc).__name__}: {exc}"
 
     def checkpoint_wal(self) -> int:
         """See :meth:`Store.checkpoint_wal`: a PASSIVE WAL checkpoint on this connection."""
@@ -549,7 +511,7 @@ class SqliteStore(BatchingStore):
         with contextlib.suppress(apsw.Error):
             self._fallback_done = self._checkpoint(conn)
 
-    @_rereads
+    @rereads
     def data_version(self) -> int:
         """``PRAGMA data_version``: changes when another connection or process commits."""
         with self._connection("data_version") as conn:

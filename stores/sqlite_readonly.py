@@ -28,21 +28,55 @@ Nothing here is called on a trio thread.
 
 from __future__ import annotations
 
+import functools
 import os
 import pathlib
+from collections.abc import Callable
+from typing import Concatenate, ParamSpec, TypeVar
 
 import apsw
 import attrs
 
-from .errors import StoreCorruptError, StoreIOError, UnsupportedFormatError
+from .errors import StoreBusyError, StoreCorruptError, StoreIOError, UnsupportedFormatError
 from .sqlite_base import map_errors
 from .sqlite_schema import SCHEMA_VERSION, check_identity, check_integrity, check_sqlite_header
 
-__all__ = ["FileState", "ReadOnlyFile", "file_state"]
+__all__ = ["FileState", "ReadOnlyFile", "Reread", "file_state", "rereads"]
+
+P = ParamSpec("P")
+R = TypeVar("R")
+S = TypeVar("S")
 
 #: How often a call is made again because a writer changed the file meanwhile, before it
 #: gives up (a writer opening and closing the file non-stop).
 MAX_REREADS = 50
+
+
+class Reread(Exception):
+    """A writer changed the file while an immutable read-only connection read it: the
+    call is made again on a fresh connection (a control-flow signal, never seen by
+    callers)."""
+
+
+def rereads(
+    method: Callable[Concatenate[S, P], R],
+) -> Callable[Concatenate[S, P], R]:
+    """Make a read method again, on a fresh connection, when a writer changed the file
+    under it (see :mod:`stores.sqlite_readonly`); give up after :data:`MAX_REREADS`
+    tries with :class:`~stores.errors.StoreBusyError`."""
+
+    @functools.wraps(method)
+    def call(self: S, /, *args: P.args, **kwargs: P.kwargs) -> R:
+        for _ in range(MAX_REREADS):
+            try:
+                return method(self, *args, **kwargs)
+            except Reread:
+                continue
+        raise StoreBusyError(
+            f"{method.__name__}: the database kept changing while it was read as immutable"
+        )
+
+    return call
 
 
 @attrs.frozen
