@@ -40,6 +40,14 @@ from ._fork import check_fork_point, fork_conversation
 from ._history import History, MemoryHistory, RuntimeHistory, Segment
 from ._projections import ConversationProjection, TurnsProjection, agent_projections
 from ._registry import checkpoints, history
+from ._retention import (
+    CheckpointSession,
+    PruneAction,
+    PruneReport,
+    checkpoint_sessions,
+    conversation_sessions,
+    prune,
+)
 from ._runner import (
     TOOL_OUTCOME_UNKNOWN,
     Handoff,
@@ -73,6 +81,7 @@ __all__ = [
     "AgentNotFoundError",
     "AssistantMessage",
     "CheckpointOptions",
+    "CheckpointSession",
     "Checkpointer",
     "ConversationProjection",
     "Entry",
@@ -87,6 +96,8 @@ __all__ = [
     "ModelRequest",
     "ModelResponse",
     "ModelTurn",
+    "PruneAction",
+    "PruneReport",
     "RequestedCall",
     "RunCompleted",
     "RunContext",
@@ -117,8 +128,10 @@ __all__ = [
     "agent_projections",
     "begin_run",
     "check_fork_point",
+    "checkpoint_sessions",
     "checkpoints",
     "complete_run",
+    "conversation_sessions",
     "drop_dangling_tool_calls",
     "entry_from_json",
     "entry_to_json",
@@ -126,6 +139,7 @@ __all__ = [
     "function_tool",
     "history",
     "pending_tool_calls",
+    "prune",
 ]
 
 # Public names report their public home (``runtime.agents.Agent``, not ``..._agent``).
