@@ -23,12 +23,10 @@ from ._checks import (
     check_create_args,
     check_fork,
     check_fork_args,
-    check_lease_args,
     check_list_args,
     check_pin_arg,
     check_projection_args,
     check_read_args,
-    check_session_ids,
     check_text,
     fork_header,
 )
@@ -50,14 +48,12 @@ from .errors import (
     OwnershipLostError,
     ReadOnlyError,
     SessionExistsError,
-    SessionOwnedError,
     SnapshotExpiredError,
     TidelogError,
 )
-from .leases import lease_is_free
+from .memory_leases import Lease, MemoryLeases
 from .records import (
     JSON,
-    LeaseInfo,
     SessionInfo,
     StoredEvent,
     check_flag,
@@ -97,24 +93,17 @@ class _Session:
 
 
 @attrs.define
-class _Lease:
-    owner: str
-    holder: str
-    expires: float
-
-
-@attrs.define
 class _State:
     """Shared by a MemoryStore and its clones."""
 
     lock: threading.RLock = attrs.Factory(threading.RLock)
     sessions: dict[str, _Session] = attrs.Factory(dict)
-    leases: dict[str, _Lease] = attrs.Factory(dict)
+    leases: dict[str, Lease] = attrs.Factory(dict)
     incarnations: int = 0
     version: int = 0  # bumped on every commit
 
 
-class MemoryStore(BatchingStore):
+class MemoryStore(MemoryLeases, BatchingStore):
     """An in-memory :class:`~stores.contract.Store`. ``durable`` is False.
 
     ``read_only=True`` makes a handle whose writes raise
@@ -452,64 +441,6 @@ class MemoryStore(BatchingStore):
             except SnapshotExpiredError:
                 return None
             return saved[1].as_of_seq, saved[2]
-
-    # -- leases ------------------------------------------------------------------------
-
-    def acquire_lease(self, session_id: str, owner: str, *, ttl: float, holder: str) -> None:
-        """See :meth:`Store.acquire_lease`."""
-        validate_session_id(session_id)
-        check_lease_args(owner, ttl=ttl, holder=holder)
-        with self._locked("acquire_lease") as state:
-            now = time.time()
-            lease = state.leases.get(session_id)
-            held = None if lease is None else (lease.owner, lease.holder, lease.expires)
-            if held is not None and not lease_is_free(held, owner, now):
-                raise SessionOwnedError(session_id, held[1])
-            state.leases[session_id] = _Lease(owner, holder, now + ttl)
-
-    def renew_lease(self, session_id: str, owner: str, *, ttl: float) -> None:
-        """See :meth:`Store.renew_lease`."""
-        validate_session_id(session_id)
-        check_lease_args(owner, ttl=ttl)
-        with self._locked("renew_lease") as state:
-            lease = state.leases.get(session_id)
-            if lease is None or lease.owner != owner:
-                raise OwnershipLostError(session_id)
-            lease.expires = time.time() + ttl
-
-    def renew_leases(self, owner: str, session_ids: Sequence[str], *, ttl: float) -> list[str]:
-        """See :meth:`Store.renew_leases`."""
-        ids = check_session_ids(session_ids)
-        check_lease_args(owner, ttl=ttl)
-        lost: list[str] = []
-        with self._locked("renew_leases") as state:
-            expires = time.time() + ttl
-            for session_id in ids:
-                lease = state.leases.get(session_id)
-                if lease is None or lease.owner != owner:
-                    lost.append(session_id)
-                else:
-                    lease.expires = expires
-        return lost
-
-    def release_lease(self, session_id: str, owner: str) -> None:
-        """See :meth:`Store.release_lease`."""
-        validate_session_id(session_id)
-        check_lease_args(owner)
-        with self._locked("release_lease") as state:
-            lease = state.leases.get(session_id)
-            if lease is not None and lease.owner == owner:
-                del state.leases[session_id]
-
-    def list_leases(self, *, prefix: str | None = None) -> list[LeaseInfo]:
-        """See :meth:`Store.list_leases`."""
-        check_list_args(None, prefix, None, "id")
-        with self._locked() as state:
-            return [
-                LeaseInfo(sid, lease.owner, lease.holder, lease.expires)
-                for sid, lease in sorted(state.leases.items())
-                if prefix is None or sid.startswith(prefix)
-            ]
 
     # -- handles -----------------------------------------------------------------------
 

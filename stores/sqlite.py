@@ -26,12 +26,10 @@ from ._batching import BatchingStore, check_ops, run_batch
 from ._checks import (
     check_create_args,
     check_fork_args,
-    check_lease_args,
     check_list_args,
     check_pin_arg,
     check_projection_args,
     check_read_args,
-    check_session_ids,
     check_text,
 )
 from .contract import (
@@ -45,7 +43,6 @@ from .contract import (
 from .errors import ClosedError, ReadOnlyError, TidelogError
 from .records import (
     JSON,
-    LeaseInfo,
     SessionInfo,
     StoredEvent,
     check_flag,
@@ -54,6 +51,7 @@ from .records import (
     validate_session_id,
 )
 from .sqlite_base import in_savepoint, map_errors, one, transaction
+from .sqlite_leases import SqliteLeases
 from .sqlite_lineage import find_run as lineage_find_run
 from .sqlite_lineage import fork_session, ranges_of
 from .sqlite_maintenance import SqliteMaintenance
@@ -101,7 +99,7 @@ class _OpByOp(Exception):
     the op holding it fails alone (a control-flow signal, never seen by callers)."""
 
 
-class SqliteStore(SqliteMaintenance, BatchingStore):
+class SqliteStore(SqliteLeases, SqliteMaintenance, BatchingStore):
     """A :class:`~stores.contract.Store` in one SQLite file (WAL, apsw), with the
     operator's methods of :class:`~stores.sqlite_maintenance.SqliteMaintenance`
     (integrity and lineage checks, storage figures, online backup).
@@ -445,46 +443,6 @@ class SqliteStore(SqliteMaintenance, BatchingStore):
         check_projection_args(name, version)
         with self._connection("load_projection") as conn, transaction(conn):
             return aux.load_projection(conn, session_id, name, version)
-
-    # -- leases ------------------------------------------------------------------------
-
-    def acquire_lease(self, session_id: str, owner: str, *, ttl: float, holder: str) -> None:
-        """See :meth:`Store.acquire_lease`."""
-        validate_session_id(session_id)
-        check_lease_args(owner, ttl=ttl, holder=holder)
-        with self._write("acquire_lease") as conn:
-            aux.acquire_lease(conn, session_id, owner, holder, time.time(), ttl)
-
-    def renew_lease(self, session_id: str, owner: str, *, ttl: float) -> None:
-        """See :meth:`Store.renew_lease`."""
-        validate_session_id(session_id)
-        check_lease_args(owner, ttl=ttl)
-        with self._write("renew_lease") as conn:
-            aux.renew_lease(conn, session_id, owner, time.time() + ttl)
-
-    def renew_leases(self, owner: str, session_ids: Sequence[str], *, ttl: float) -> list[str]:
-        """See :meth:`Store.renew_leases`."""
-        ids = check_session_ids(session_ids)
-        check_lease_args(owner, ttl=ttl)
-        if not ids:
-            with self._connection("renew_leases", write=True):
-                return []
-        with self._write("renew_leases") as conn:
-            return aux.renew_leases(conn, owner, ids, time.time() + ttl)
-
-    def release_lease(self, session_id: str, owner: str) -> None:
-        """See :meth:`Store.release_lease`."""
-        validate_session_id(session_id)
-        check_lease_args(owner)
-        with self._write("release_lease") as conn:
-            aux.release_lease(conn, session_id, owner)
-
-    @rereads
-    def list_leases(self, *, prefix: str | None = None) -> list[LeaseInfo]:
-        """See :meth:`Store.list_leases`."""
-        check_list_args(None, prefix, None, "id")
-        with self._connection("list_leases") as conn:
-            return aux.list_leases(conn, prefix)
 
     # -- maintenance, handles ----------------------------------------------------------
 
