@@ -3,6 +3,8 @@ command's terms (its flags and arguments, never Python keyword arguments)."""
 
 from __future__ import annotations
 
+import re
+
 from runtime import (
     InvalidArgumentError,
     InvalidSessionIdError,
@@ -26,6 +28,7 @@ __all__ = [
     "CliError",
     "Interrupted",
     "explain",
+    "in_flags",
     "leaf",
 ]
 
@@ -65,6 +68,31 @@ def leaf(exc: BaseException) -> BaseException:
     return exc
 
 
+#: The library's argument names that reach a message, and the flags users type instead.
+_FLAGS = {
+    "allow_open_run=True": "--allow-open-run",
+    "allow_open_run": "--allow-open-run",
+    "at_seq": "--at",
+    "keep_entries": "--keep",
+    "since_seq": "--since",
+    "until_seq": "--until",
+    "older_than": "--older-than",
+    "keep_last_runs": "--keep-last-runs",
+}
+_KEYWORD = re.compile("|".join(rf"\b{re.escape(name)}" for name in _FLAGS))
+#: Argument names that lead a message of the argument checks (``"prefix must be ..."``).
+_LEADING = ("prefix", "limit", "after")
+
+
+def in_flags(message: str) -> str:
+    """``message`` with the library's keyword arguments named as the command's flags."""
+    message = _KEYWORD.sub(lambda match: _FLAGS[match.group(0)], message)
+    for name in _LEADING:
+        if message.startswith(name + " "):
+            return f"--{message}"
+    return message
+
+
 def explain(exc: TidelogError, path: str) -> str:
     """The one-line message for a tidelog error met by a command on database ``path``."""
     if isinstance(exc, SessionNotFoundError):
@@ -100,5 +128,5 @@ def explain(exc: TidelogError, path: str) -> str:
             "(its events after the cut are gone); run the command again"
         )
     if isinstance(exc, InvalidSessionIdError | InvalidArgumentError):
-        return f"tidelog: {exc}"
+        return f"tidelog: {in_flags(str(exc))}"
     return f"tidelog: {path}: {type(exc).__name__}: {exc}"

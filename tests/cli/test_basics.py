@@ -20,6 +20,7 @@ from pathlib import Path
 import pytest
 from cli_support import TIMEOUT, big_db, db_state, files, make_db, tidelog, tidelog_unprivileged
 
+from runtime.cli._errors import in_flags
 from runtime.cli._parsing import COMMANDS
 
 # -- help, version, the console script ----------------------------------------------------
@@ -112,9 +113,21 @@ def test_bad_arguments_name_the_flags(tmp_path: Path) -> None:
         (["tail", str(db), "chat", "-n", "x"], "-n/--lines"),
         (["prune", str(db), "--older-than", "soon"], "--older-than"),
         (["ls", str(db), "--since-updated", "tuesday"], "--since-updated"),
+        (["ls", str(db), "--prefix", "p" * 300], "--prefix is longer than 256 characters"),
     ]:
         proc = tidelog(*args, cwd=tmp_path)
         assert proc.returncode == 2 and flag in proc.stderr, args
+
+
+def test_library_keywords_are_said_as_flags() -> None:
+    """Messages that come from the library name its keyword arguments; the command says
+    its flags instead."""
+    library = "seq 3 is inside a run with unanswered tool calls; pass allow_open_run=True"
+    assert in_flags(library).endswith("pass --allow-open-run")
+    assert in_flags("at_seq 9 is past the head 6") == "--at 9 is past the head 6"
+    assert in_flags("keep_entries must be an int >= 0") == "--keep must be an int >= 0"
+    assert in_flags("prefix is longer than 256 characters").startswith("--prefix ")
+    assert in_flags("a length limit of 5") == "a length limit of 5"
 
 
 # -- read commands write nothing ---------------------------------------------------------
