@@ -19,7 +19,6 @@ from runtime import (
     TidelogError,
     UnsupportedFormatError,
 )
-from runtime.agents import ForkPointError
 
 __all__ = [
     "EXIT_FOUND",
@@ -95,6 +94,8 @@ def in_flags(message: str) -> str:
 
 def explain(exc: TidelogError, path: str) -> str:
     """The one-line message for a tidelog error met by a command on database ``path``."""
+    from runtime.agents import ForkPointError  # the agent layer, only once a command failed
+
     if isinstance(exc, SessionNotFoundError):
         return f"tidelog: no session {exc.session_id!r} in {path}"
     if isinstance(exc, UnsupportedFormatError):

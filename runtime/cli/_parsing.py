@@ -11,7 +11,6 @@ import argparse
 import re
 import time
 from datetime import datetime
-from importlib import metadata
 
 __all__ = ["COMMANDS", "build_parser", "count", "duration", "seq", "version"]
 
@@ -35,7 +34,10 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
 
 
 def version() -> str:
-    """The installed tidelog's version."""
+    """The installed tidelog's version (read from the package metadata when asked:
+    importing ``importlib.metadata`` costs more than the rest of the parser)."""
+    from importlib import metadata
+
     try:
         return metadata.version("tidelog")
     except metadata.PackageNotFoundError:  # run from a source tree without installing
