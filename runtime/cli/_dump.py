@@ -72,6 +72,7 @@ def cmd_export(args: argparse.Namespace) -> int:
         if args.output is None:
             return trio.run(export, args.db, args.sessions, sys.stdout, stop)
         partial = f"{args.output}.partial"
+        stop.on_abort.append(lambda: os.remove(partial))
         try:
             with open(partial, "x", encoding="ascii", newline="\n") as out:
                 status = trio.run(export, args.db, args.sessions, out, stop)

@@ -8,10 +8,11 @@ created, migrated or written, and no file is created beside it (see
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import sys
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import asynccontextmanager, contextmanager
 from types import FrameType
 
@@ -19,7 +20,7 @@ import trio
 
 from runtime import Runtime, SqliteStore, open_runtime
 
-from ._errors import CliError, Interrupted
+from ._errors import EXIT_INTERRUPTED, CliError, Interrupted
 
 __all__ = [
     "StopFlag",
@@ -81,10 +82,12 @@ async def writing_runtime(path: str) -> AsyncIterator[Runtime]:
 
 class StopFlag:
     """Set by Ctrl-C (SIGINT) or SIGTERM inside :func:`stoppable`; long loops call
-    :meth:`check` where stopping leaves nothing half-done."""
+    :meth:`check` where stopping leaves nothing half-done. ``on_abort`` holds what to
+    undo if a second signal ends the process at once (files to remove)."""
 
     def __init__(self) -> None:
         self.requested = False
+        self.on_abort: list[Callable[[], None]] = []
 
     def check(self, done: str) -> None:
         """Raise :class:`Interrupted` (with ``done``, what is complete) if a stop was
@@ -96,12 +99,20 @@ class StopFlag:
 @contextmanager
 def stoppable() -> Iterator[StopFlag]:
     """For the block, the first Ctrl-C or SIGTERM only sets the flag (the command stops
-    at its next safe point); a second one raises :class:`KeyboardInterrupt` at once."""
+    at its next safe point); a second one ends the process at once, status 130, after
+    the flag's ``on_abort`` undo steps. (At once means without unwinding: an exception
+    raised from a signal handler could land inside trio's run loop. Every write is a
+    transaction, so the database is never left inconsistent; an import may leave a
+    session part-imported, which the next import completes.)"""
     flag = StopFlag()
 
     def handler(signum: int, frame: FrameType | None) -> None:
         if flag.requested:
-            raise KeyboardInterrupt
+            for undo in flag.on_abort:
+                with contextlib.suppress(Exception):
+                    undo()
+            os.write(2, b"tidelog: stopped at once\n")
+            os._exit(EXIT_INTERRUPTED)
         flag.requested = True
 
     previous = {
