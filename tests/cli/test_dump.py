@@ -4,6 +4,7 @@ SIGKILL, Ctrl-C, and refusing damaged, foreign or newer dumps."""
 
 from __future__ import annotations
 
+import contextlib
 import io
 import itertools
 import json
@@ -12,6 +13,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -28,6 +30,7 @@ from runtime import (
     SqliteStore,
     Store,
     StoredEvent,
+    TidelogError,
     open_runtime,
 )
 from runtime.agents import (
@@ -154,15 +157,7 @@ def test_sigkill_mid_import_then_a_rerun_completes_it(tmp_path: Path) -> None:
     assert tidelog("export", str(source), "-o", str(dump), cwd=tmp_path).returncode == 0
     exported = time.monotonic() - started
     target = tmp_path / "b.db"
-    with subprocess.Popen(
-        [sys.executable, "-m", "runtime.cli", "import", str(target), str(dump)],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    ) as proc:
-        deadline = time.monotonic() + TIMEOUT
-        while not _has_events(target, "big-1"):
-            assert time.monotonic() < deadline and proc.poll() is None
-            time.sleep(0.02)
+    with _import_under_way(target, dump) as proc:
         proc.send_signal(signal.SIGKILL)
     partial = file_contents(target)
     assert 0 < sum(len(events) for _, events in partial.values()) < 100_000
@@ -176,12 +171,30 @@ def test_sigkill_mid_import_then_a_rerun_completes_it(tmp_path: Path) -> None:
     print(f"100k events: export {exported:.2f}s, import of the rest {imported:.2f}s")
 
 
+@contextlib.contextmanager
+def _import_under_way(target: Path, dump: Path) -> Iterator[subprocess.Popen[str]]:
+    """`tidelog import TARGET DUMP` started in a subprocess, once its second session
+    has events (so it is part-way)."""
+    with subprocess.Popen(
+        [sys.executable, "-m", "runtime.cli", "import", str(target), str(dump)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    ) as proc:
+        deadline = time.monotonic() + TIMEOUT
+        while not _has_events(target, "big-1"):
+            assert time.monotonic() < deadline and proc.poll() is None
+            time.sleep(0.02)
+        yield proc
+
+
 def _has_events(db: Path, session_id: str) -> bool:
+    """True once the import's writer has the file open and ``session_id`` has events."""
     if not db.exists() or not Path(f"{db}-wal").exists():
         return False
     try:
         store = SqliteStore(db, read_only=True)
-    except Exception:
+    except TidelogError:  # caught while the importer creates the file
         return False
     try:
         return store.head(session_id) > 0
@@ -198,16 +211,7 @@ def test_ctrl_c_mid_import_leaves_no_session_half_imported(tmp_path: Path) -> No
     dump = tmp_path / "a.jsonl"
     assert tidelog("export", str(source), "-o", str(dump), cwd=tmp_path).returncode == 0
     target = tmp_path / "b.db"
-    with subprocess.Popen(
-        [sys.executable, "-m", "runtime.cli", "import", str(target), str(dump)],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    ) as proc:
-        deadline = time.monotonic() + TIMEOUT
-        while not _has_events(target, "big-1"):
-            assert time.monotonic() < deadline and proc.poll() is None
-            time.sleep(0.02)
+    with _import_under_way(target, dump) as proc:
         proc.send_signal(signal.SIGINT)
         _, stderr = proc.communicate(timeout=TIMEOUT)
     assert proc.returncode == 130, stderr
