@@ -4,6 +4,7 @@ them, in a copy of the repository."""
 
 from __future__ import annotations
 
+import hashlib
 import os
 import re
 import subprocess
@@ -77,8 +78,15 @@ def test_python_blocks_pass_mypy_strict(tmp_path: Path) -> None:
 
 
 def _copy_of_the_repository(target: Path) -> Path:
-    """The tracked files in ``target``, with the real ``.venv`` linked in (the README's
-    setup finds it installed and up to date)."""
+    """The tracked files in ``target``, with the real ``.venv`` linked in: the README's
+    setup must find it installed and up to date (else it would reinstall the project
+    from the copy into the real ``.venv``), so this fails first if it is not."""
+    wanted = hashlib.sha256(
+        (ROOT / "pyproject.toml").read_bytes() + (ROOT / ".ci" / "constraints.txt").read_bytes()
+    ).hexdigest()
+    stamp = ROOT / ".venv" / ".tidelog-installed"
+    if not stamp.exists() or stamp.read_text().strip() != wanted:
+        pytest.fail(".venv is not up to date with pyproject.toml: run `bash .ci/setup` first")
     listed = subprocess.run(
         ["git", "ls-files", "-z"], cwd=ROOT, capture_output=True, check=True, timeout=60
     ).stdout.decode()
