@@ -128,9 +128,13 @@ def _lines(source: TextIO, advance: Callable[[int], None]) -> Iterator[tuple[int
 # -- parsing the records ------------------------------------------------------------------
 
 
+def _no_constant(name: str) -> None:
+    raise ValueError(f"{name} is not JSON")
+
+
 def _record(number: int, line: str) -> dict[str, JSON]:
     try:
-        value = json.loads(line)
+        value = json.loads(line, parse_constant=_no_constant)  # no NaN or Infinity
     except ValueError as exc:
         raise DumpError(f"tidelog: dump line {number}: not JSON ({exc})") from None
     if not isinstance(value, dict):
@@ -197,6 +201,8 @@ class _Session:
             raise DumpError(f"tidelog: dump line {number}: {exc}") from None
         head = _field(record, "head", int, number)
         assert isinstance(head, int) and isinstance(header, dict)
+        if head < 0:
+            raise DumpError(f"tidelog: dump line {number}: 'head' is negative")
         created, updated = _time(record, "created_at", number), _time(record, "updated_at", number)
         return cls(session_id, head, created, updated, header_json, header, parent)
 

@@ -265,9 +265,10 @@ def test_export_of_given_sessions_takes_their_checkpoints(tmp_path: Path) -> Non
         ('{"format":"tidelog-dump","version":2}\n', "newer than this tidelog reads (1)"),
         ('{"hello":1}\n', "not a tidelog dump"),
         ("not json\n", "not JSON"),
+        ('{"format":"tidelog-dump","version":NaN}\n', "NaN is not JSON"),
         ("", "the dump is empty"),
     ],
-    ids=["newer", "foreign", "not-json", "empty"],
+    ids=["newer", "foreign", "not-json", "nan", "empty"],
 )
 def test_unreadable_dumps_are_refused_creating_nothing(
     tmp_path: Path, dump: str, message: str
