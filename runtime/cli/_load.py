@@ -239,7 +239,7 @@ class _Importer:
         self.stop = stop
         self.report = report
         self.live = _live(store.list_leases(), time.time())
-        self.pending: list[tuple[RestoreOp, _Session]] = []
+        self.pending: list[RestoreOp] = []
         self.pending_events = 0
         self.finished: list[ImportResult] = []  # results waiting for their batch to commit
         self.failed: dict[str, str] = {}  # sessions whose piece failed -> why
@@ -250,8 +250,8 @@ class _Importer:
     def flush(self) -> None:
         """Commit the pending pieces (one transaction); report the sessions they finish."""
         if self.pending:
-            results = self.store.write_batch([op for op, _ in self.pending])
-            for (op, _), result in zip(self.pending, results, strict=True):
+            results = self.store.write_batch(self.pending)
+            for op, result in zip(self.pending, results, strict=True):
                 if isinstance(result, TidelogError):
                     self.failed[op.session_id] = f"changed while it was imported ({result})"
                 elif op.session_id in self.created_here:
@@ -267,8 +267,8 @@ class _Importer:
         self.finished = []
         self.stop.check(f"{self.done} sessions imported; run the same import again to go on")
 
-    def add(self, op: RestoreOp, session: _Session) -> None:
-        self.pending.append((op, session))
+    def add(self, op: RestoreOp) -> None:
+        self.pending.append(op)
         self.pending_events += len(op.events)
         if self.pending_events >= BATCH_EVENTS:
             self.flush()
@@ -301,7 +301,7 @@ def import_dump(
         _run(importer, lines)
     except DumpError:
         # The sessions before the damage are whole: write them; not the one it cut.
-        importer.pending = [p for p in importer.pending if p[0].session_id != importer.current]
+        importer.pending = [op for op in importer.pending if op.session_id != importer.current]
         importer.flush()
         importer.abandon()
         raise
@@ -411,5 +411,5 @@ def _write(
     )
     if creates and after == 0:
         importer.created_here[session.session_id] = 0
-    importer.add(op, session)
+    importer.add(op)
     return len(events)
