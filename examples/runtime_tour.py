@@ -66,7 +66,7 @@ async def main(db_path: str) -> None:
             async with rt.open_session("chat-1") as w:
                 await w.append([NewEvent("assistant", {"text": "unchanged."}), NewEvent("bye")])
 
-        sessions = await rt.list_sessions(limit=3)
+        sessions = await rt.list_sessions(order="updated", limit=3)
         print("most recent sessions:", ", ".join(f"{s.id}(head={s.head})" for s in sessions))
 
 

@@ -31,6 +31,7 @@ from stores import (
     InvalidArgumentError,
     InvalidSessionIdError,
     JsonlStore,
+    ListOrder,
     NewEvent,
     Pin,
     PreparedEvent,
@@ -47,7 +48,8 @@ from stores import (
     prepare_events,
     validate_session_id,
 )
-from stores.records import check_count, check_flag, validate_header
+from stores._checks import check_list_args
+from stores.records import MAX_ID_LENGTH, check_count, check_flag, validate_header
 from stores.sqlite_schema import Synchronous
 from stores.sqlite_schema import check_options as check_sqlite_options
 
@@ -319,18 +321,40 @@ class Runtime:
         return await lane.run(lane.store.find_run, session_id, run_id)
 
     async def list_sessions(
-        self, *, limit: int | None = None, include_internal: bool = False
+        self,
+        *,
+        limit: int | None = None,
+        prefix: str | None = None,
+        after: str | None = None,
+        order: ListOrder = "id",
+        include_internal: bool = False,
     ) -> list[SessionInfo]:
-        """Sessions, most recently updated first; those in the reserved namespace
-        (:data:`INTERNAL_PREFIX`) only with ``include_internal``."""
+        """Committed sessions whose id starts with ``prefix`` (default: all), at most
+        ``limit``; those in the reserved namespace (:data:`INTERNAL_PREFIX`) only with
+        ``include_internal``.
+
+        ``order="id"`` (default): by id in code point order, after the id ``after``: pass
+        the last id of a page to get the next one. Paging is stable under concurrent
+        writes (every session that exists throughout is listed exactly once).
+        ``order="updated"``: most recently updated first, one page (no ``after``). See
+        :meth:`Store.list_sessions <stores.Store.list_sessions>`.
+
+        Raises: :class:`InvalidArgumentError` (bad limit, prefix, cursor or order)."""
         self._check_open()
-        check_count(limit, "limit")
+        check_list_args(limit, prefix, after, order)
+        check_flag(include_internal, "include_internal")
         store = self._read_lane.store
         if include_internal:
-            return await self._read_lane.run(lambda: store.list_sessions(limit=limit))
-        infos = await self._read_lane.run(lambda: store.list_sessions())
-        shown = [info for info in infos if not info.id.startswith(INTERNAL_PREFIX)]
-        return shown if limit is None else shown[:limit]
+            return await self._read_lane.run(
+                lambda: store.list_sessions(limit=limit, prefix=prefix, after=after, order=order)
+            )
+        if order != "id":
+            infos = await self._read_lane.run(
+                lambda: store.list_sessions(prefix=prefix, order=order)
+            )
+            shown = [info for info in infos if not info.id.startswith(INTERNAL_PREFIX)]
+            return shown[:limit]
+        return await self._read_lane.run(_list_public, store, limit, prefix, after)
 
     # -- sessions: whole-session changes ----------------------------------------------------
 
@@ -560,6 +584,30 @@ class Runtime:
     async def _head(self, session_id: str) -> int:
         self._check_open()
         return await self._read_lane.run(self._read_lane.store.head, session_id)
+
+
+#: The greatest possible id in the reserved namespace: a cursor past every internal id.
+_PAST_INTERNAL = INTERNAL_PREFIX + "\U0010ffff" * (MAX_ID_LENGTH - len(INTERNAL_PREFIX))
+
+
+def _list_public(
+    store: Store, limit: int | None, prefix: str | None, after: str | None
+) -> list[SessionInfo]:
+    """A page of ``list_sessions`` in id order without the internal sessions: pages of
+    the store, jumping over the reserved namespace (one range of ids) once it is met."""
+    shown: list[SessionInfo] = []
+    cursor = after
+    while True:
+        want = None if limit is None else limit - len(shown)
+        if want == 0:
+            return shown
+        page = store.list_sessions(limit=want, prefix=prefix, after=cursor)
+        shown += [info for info in page if not info.id.startswith(INTERNAL_PREFIX)]
+        if want is None or len(page) < want:
+            return shown
+        cursor = page[-1].id
+        if cursor.startswith(INTERNAL_PREFIX):
+            cursor = _PAST_INTERNAL
 
 
 def _check_options(

@@ -19,6 +19,7 @@ Synchronous, and free of any backend: nothing here imports a driver.
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager
@@ -30,6 +31,7 @@ from .contract import (
     DeleteOp,
     GroupOp,
     ReplaceOp,
+    RestoreOp,
     TruncateOp,
     WriteOp,
 )
@@ -40,7 +42,9 @@ from .records import (
     PreparedEvent,
     check_flag,
     check_seq,
+    decode_json_object,
     prepare_events,
+    validate_header,
     validate_session_id,
 )
 
@@ -99,10 +103,10 @@ def check_ops(ops: object, sync: object = False) -> None:
 def _check_member(op: object, *, in_group: bool) -> None:
     allowed: tuple[type, ...] = (AppendOp, TruncateOp, DeleteOp, ReplaceOp)
     if not in_group:
-        allowed += (GroupOp,)
-    if not isinstance(op, AppendOp | TruncateOp | DeleteOp | ReplaceOp | GroupOp) or not (
-        isinstance(op, allowed)
-    ):
+        allowed += (GroupOp, RestoreOp)
+    if not isinstance(
+        op, AppendOp | TruncateOp | DeleteOp | ReplaceOp | GroupOp | RestoreOp
+    ) or not isinstance(op, allowed):
         raise InvalidArgumentError(
             f"write_batch takes {', '.join(t.__name__ for t in allowed)}, not {type(op).__name__}"
         )
@@ -113,7 +117,10 @@ def _check_member(op: object, *, in_group: bool) -> None:
             _check_member(member, in_group=True)
         return
     validate_session_id(op.session_id)
-    if isinstance(op, AppendOp | ReplaceOp):
+    if isinstance(op, RestoreOp):
+        _check_restore(op)
+        check_seq(op.expected_head, "expected_head")
+    if isinstance(op, AppendOp | ReplaceOp | RestoreOp):
         if op.expected_head is not None:
             check_seq(op.expected_head, "expected_head")
         if not isinstance(op.events, tuple | list):
@@ -130,6 +137,34 @@ def _check_member(op: object, *, in_group: bool) -> None:
         check_seq(op.to_seq, "to_seq")
     if isinstance(op, ReplaceOp):
         check_seq(op.from_seq, "from_seq")
+
+
+def _check_restore(op: RestoreOp) -> None:
+    """What a :class:`RestoreOp` adds to an append's checks: one finite float commit time
+    per event, finite session times, a JSON object header in canonical text (as
+    :func:`~stores.records.encode_json` writes it), a well-formed parent."""
+    name = "RestoreOp"
+    if not isinstance(op.stamps, tuple) or len(op.stamps) != len(op.events):
+        raise InvalidArgumentError(f"{name}.stamps must be a tuple of one time per event")
+    for value, what in [(t, "stamps") for t in op.stamps] + [
+        (op.created_at, "created_at"),
+        (op.updated_at, "updated_at"),
+    ]:
+        if type(value) is not float or not math.isfinite(value):
+            raise InvalidArgumentError(f"{name}.{what} must hold finite floats, not {value!r}")
+    if type(op.header_json) is not str:
+        raise InvalidArgumentError(f"{name}.header_json must be a str")
+    try:
+        canonical = validate_header(decode_json_object(op.header_json))
+    except (ValueError, RecursionError) as exc:  # InvalidArgumentError is a ValueError
+        raise InvalidArgumentError(f"{name}.header_json is not a JSON object: {exc}") from None
+    if canonical != op.header_json:
+        raise InvalidArgumentError(f"{name}.header_json must be canonical (encode_json's)")
+    if op.parent is not None:
+        if type(op.parent) is not tuple or len(op.parent) != 2:
+            raise InvalidArgumentError(f"{name}.parent must be None or (session_id, seq)")
+        validate_session_id(op.parent[0])
+        check_seq(op.parent[1], f"{name}.parent seq")
 
 
 # -- per-op rules -------------------------------------------------------------------------

@@ -30,12 +30,14 @@ __all__ = [
     "check_fork",
     "check_fork_args",
     "check_lease_args",
+    "check_list_args",
     "check_pin_arg",
     "check_projection_args",
     "check_read_args",
     "check_session_ids",
     "check_text",
     "fork_header",
+    "prefix_end",
 ]
 
 
@@ -152,6 +154,49 @@ def check_projection_args(name: object, version: object, state_json: object = ""
             state_json.encode("utf-8")
         except UnicodeEncodeError:
             raise InvalidArgumentError("state_json contains lone surrogates") from None
+
+
+_ORDERS = ("id", "updated")
+
+
+def check_list_args(limit: object, prefix: object, after: object, order: object) -> None:
+    """Check :meth:`Store.list_sessions`'s arguments: ``limit`` (a count), ``prefix``
+    (``None`` or a ``str`` of at most :data:`~stores.records.MAX_ID_LENGTH` characters
+    without lone surrogates; it may hold anything else, and matches nothing if no id can
+    start with it), ``after`` (``None`` or a valid session id), ``order`` (``"id"`` or
+    ``"updated"``; ``after`` only with ``"id"``)."""
+    check_count(limit, "limit")
+    if prefix is not None:
+        if type(prefix) is not str:
+            raise InvalidArgumentError(f"prefix must be a str or None, not {type(prefix).__name__}")
+        if len(prefix) > MAX_ID_LENGTH:
+            raise InvalidArgumentError(f"prefix is longer than {MAX_ID_LENGTH} characters")
+        try:
+            prefix.encode("utf-8")
+        except UnicodeEncodeError:
+            raise InvalidArgumentError("prefix contains lone surrogates") from None
+    if after is not None:
+        validate_session_id(after)
+    if order not in _ORDERS:
+        raise InvalidArgumentError(f"order must be 'id' or 'updated', not {order!r}")
+    if after is not None and order != "id":
+        raise InvalidArgumentError("a cursor (after=...) pages only in order='id'")
+
+
+def prefix_end(prefix: str) -> str | None:
+    """The least string greater than every string that starts with ``prefix`` (in code
+    point order), or ``None`` if there is none (an empty prefix, or one of U+10FFFF
+    only): ``id >= prefix AND id < prefix_end(prefix)`` selects the ids with that
+    prefix as one index range. Skips the surrogates, which no stored id holds."""
+    chars = list(prefix)
+    while chars:
+        last = ord(chars.pop())
+        if last < 0x10FFFF:
+            following = last + 1
+            if 0xD800 <= following <= 0xDFFF:
+                following = 0xE000
+            return "".join(chars) + chr(following)
+    return None
 
 
 def check_session_ids(session_ids: object) -> list[str]:

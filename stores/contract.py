@@ -10,13 +10,14 @@ readers), so readers never queue behind the writer.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Protocol, runtime_checkable
+from typing import Literal, Protocol, TypeAlias, runtime_checkable
 
 import attrs
 
 from .errors import TidelogError
 from .records import (
     JSON,
+    LeaseInfo,
     NewEvent,
     PreparedEvent,
     SessionInfo,
@@ -28,8 +29,10 @@ __all__ = [
     "BatchResult",
     "DeleteOp",
     "GroupOp",
+    "ListOrder",
     "Pin",
     "ReplaceOp",
+    "RestoreOp",
     "Store",
     "TruncateOp",
     "WriteOp",
@@ -102,6 +105,33 @@ class ReplaceOp:
 
 
 @attrs.frozen
+class RestoreOp:
+    """Write part of a session exactly as it was recorded elsewhere (a dump being
+    imported): the events keep their commit times, the session its creation time, header
+    and lineage, instead of taking the current time and an empty lineage.
+
+    ``events`` land after ``expected_head``, which must be the session's head (else
+    :class:`~stores.errors.ConflictError`; a missing session's head is 0), with the commit
+    times ``stamps`` (one finite float per event). If the session does not exist (then
+    ``expected_head`` is 0), the op creates it -- even with no events -- with
+    ``header_json`` (a JSON object's canonical text, as ``encode_json`` writes it),
+    ``created_at`` and ``parent`` (``(session_id, seq)`` of a fork; informational: the
+    events are the op's own, nothing is shared). The session's ``updated_at`` becomes
+    ``updated_at`` afterwards. Writing a session in several ops (``expected_head`` = the
+    previous op's result) restores any length in bounded memory. Not allowed in a
+    :class:`GroupOp`. Result: the new head."""
+
+    session_id: str
+    events: tuple[PreparedEvent, ...]
+    stamps: tuple[float, ...]
+    expected_head: int
+    header_json: str = "{}"
+    created_at: float = 0.0
+    updated_at: float = 0.0
+    parent: tuple[str, int] | None = None
+
+
+@attrs.frozen
 class GroupOp:
     """Several ops (possibly for several sessions) applied all or nothing inside a batch:
     if any of them fails, none of them is applied and the group's result is that error.
@@ -116,10 +146,10 @@ class GroupOp:
 
 
 #: Anything :meth:`Store.write_batch` accepts.
-WriteOp = AppendOp | TruncateOp | DeleteOp | ReplaceOp | GroupOp
+WriteOp = AppendOp | TruncateOp | DeleteOp | ReplaceOp | GroupOp | RestoreOp
 
-#: Per op: an int on success (the new head for an append, the count removed for a truncate,
-#: 1/0 for a delete), or the (tidelog) error that failed that op alone.
+#: Per op: an int on success (the new head for an append or a restore, the count removed
+#: for a truncate, 1/0 for a delete), or the (tidelog) error that failed that op alone.
 BatchResult = int | TidelogError
 
 
@@ -137,6 +167,13 @@ class Pin:
     as_of_seq: int
     incarnation: int
     epoch: int
+
+
+#: The orders :meth:`Store.list_sessions` lists sessions in: ``"id"`` (by id, in code point
+#: order -- the UTF-8 byte order; the only order a cursor pages through) or ``"updated"``
+#: (most recently updated first, ties by id; one page only, since a session updated while
+#: paging would move between pages).
+ListOrder: TypeAlias = Literal["id", "updated"]
 
 
 @runtime_checkable
@@ -247,8 +284,28 @@ class Store(Protocol):
         """Pin the session's current version (``None`` if unknown). Holds no lock."""
         ...
 
-    def list_sessions(self, *, limit: int | None = None) -> list[SessionInfo]:
-        """Sessions, most recently updated first (ties: by id)."""
+    def list_sessions(
+        self,
+        *,
+        limit: int | None = None,
+        prefix: str | None = None,
+        after: str | None = None,
+        order: ListOrder = "id",
+    ) -> list[SessionInfo]:
+        """Sessions whose id starts with ``prefix`` (default: all), at most ``limit``.
+
+        ``order="id"`` (default): by id in code point order (which is also the UTF-8 byte
+        order), only those after the id ``after`` -- a cursor: pass the last id of a page
+        to get the next one. Paging this way is stable under concurrent writes: every
+        session that exists throughout is listed exactly once, whatever is created, written
+        or deleted meanwhile (a session created behind the cursor shows up only if its id
+        sorts after it). ``order="updated"``: most recently updated first (ties by id);
+        this order has no cursor (``after`` must be ``None``), since a session written
+        between two pages would move from one to the other.
+
+        Raises :class:`InvalidArgumentError` for a bad ``limit``, ``order`` or ``prefix``
+        (a ``str`` of at most 256 characters without lone surrogates), an ``after`` that
+        is not a valid id, or ``after`` with ``order="updated"``."""
         ...
 
     def delete(self, session_id: str) -> bool:
@@ -317,6 +374,13 @@ class Store(Protocol):
 
     def release_lease(self, session_id: str, owner: str) -> None:
         """Give up ``owner``'s lease; a no-op if it is not (or no longer) ``owner``'s."""
+        ...
+
+    def list_leases(self, *, prefix: str | None = None) -> list[LeaseInfo]:
+        """The leases stored for sessions whose id starts with ``prefix`` (default: all),
+        by session id: expired ones too (``expires`` tells). Operators read it to see who
+        writes what; :class:`InvalidArgumentError` for a bad ``prefix`` (as in
+        :meth:`list_sessions`)."""
         ...
 
     # -- change detection, handles ------------------------------------------------------

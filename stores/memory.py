@@ -23,11 +23,10 @@ from ._checks import (
     check_create_args,
     check_fork,
     check_fork_args,
-    check_lease_args,
+    check_list_args,
     check_pin_arg,
     check_projection_args,
     check_read_args,
-    check_session_ids,
     check_text,
     fork_header,
 )
@@ -35,27 +34,28 @@ from .contract import (
     AppendOp,
     BatchResult,
     GroupOp,
+    ListOrder,
     Pin,
     ReplaceOp,
+    RestoreOp,
     Store,
     TruncateOp,
     WriteOp,
 )
 from .errors import (
     ClosedError,
+    ConflictError,
     OwnershipLostError,
     ReadOnlyError,
     SessionExistsError,
-    SessionOwnedError,
     SnapshotExpiredError,
     TidelogError,
 )
-from .leases import lease_is_free
+from .memory_leases import Lease, MemoryLeases
 from .records import (
     JSON,
     SessionInfo,
     StoredEvent,
-    check_count,
     check_flag,
     check_seq,
     decode_json,
@@ -93,24 +93,17 @@ class _Session:
 
 
 @attrs.define
-class _Lease:
-    owner: str
-    holder: str
-    expires: float
-
-
-@attrs.define
 class _State:
     """Shared by a MemoryStore and its clones."""
 
     lock: threading.RLock = attrs.Factory(threading.RLock)
     sessions: dict[str, _Session] = attrs.Factory(dict)
-    leases: dict[str, _Lease] = attrs.Factory(dict)
+    leases: dict[str, Lease] = attrs.Factory(dict)
     incarnations: int = 0
     version: int = 0  # bumped on every commit
 
 
-class MemoryStore(BatchingStore):
+class MemoryStore(MemoryLeases, BatchingStore):
     """An in-memory :class:`~stores.contract.Store`. ``durable`` is False.
 
     ``read_only=True`` makes a handle whose writes raise
@@ -182,6 +175,8 @@ class MemoryStore(BatchingStore):
     def _apply_op(self, state: _State, op: WriteOp, now: float) -> int:
         if isinstance(op, AppendOp):
             return self._apply(state, op, now)
+        if isinstance(op, RestoreOp):
+            return self._restore(state, op)
         if isinstance(op, GroupOp):
             saved = {i: copy.deepcopy(state.sessions.get(i)) for i in _session_ids(op)}
             leases = {i: copy.deepcopy(state.leases.get(i)) for i in _session_ids(op)}
@@ -202,6 +197,23 @@ class MemoryStore(BatchingStore):
         if isinstance(op, ReplaceOp):
             return self._replace(state, op, now)
         return int(self._delete(state, op.session_id))
+
+    def _restore(self, state: _State, op: RestoreOp) -> int:
+        session = state.sessions.get(op.session_id)
+        head = 0 if session is None else len(session.rows)
+        if op.expected_head != head:
+            raise ConflictError(op.session_id, op.expected_head, head)
+        if session is None:
+            session = self._new_session(state, op.header_json, op.created_at)
+            session.parent = op.parent
+            state.sessions[op.session_id] = session
+        session.rows.extend(
+            (head + i, ts, ev.kind, ev.data_json, ev.run_id)
+            for i, (ev, ts) in enumerate(zip(op.events, op.stamps, strict=True), start=1)
+        )
+        session.updated_at = op.updated_at
+        state.version += 1
+        return len(session.rows)
 
     def _replace(self, state: _State, op: ReplaceOp, now: float) -> int:
         session = state.sessions.get(op.session_id)
@@ -382,13 +394,29 @@ class MemoryStore(BatchingStore):
             assert session is not None
             return Pin(pin.session_id, len(session.rows), session.incarnation, session.epoch)
 
-    def list_sessions(self, *, limit: int | None = None) -> list[SessionInfo]:
+    def list_sessions(
+        self,
+        *,
+        limit: int | None = None,
+        prefix: str | None = None,
+        after: str | None = None,
+        order: ListOrder = "id",
+    ) -> list[SessionInfo]:
         """See :meth:`Store.list_sessions`."""
-        check_count(limit, "limit")
+        check_list_args(limit, prefix, after, order)
         with self._locked() as state:
-            infos = [s.info(sid) for sid, s in state.sessions.items()]
-        infos.sort(key=lambda i: (-i.updated_at, i.id))
-        return infos if limit is None else infos[:limit]
+            ids = [
+                sid
+                for sid in state.sessions
+                if (prefix is None or sid.startswith(prefix)) and (after is None or sid > after)
+            ]
+            if order == "id":
+                ids.sort()
+                picked = [(sid, state.sessions[sid]) for sid in ids[:limit]]
+            else:
+                found = sorted((-state.sessions[sid].updated_at, sid) for sid in ids)
+                picked = [(sid, state.sessions[sid]) for _, sid in found[:limit]]
+            return [session.info(sid) for sid, session in picked]
 
     # -- projection checkpoints --------------------------------------------------------
 
@@ -415,54 +443,6 @@ class MemoryStore(BatchingStore):
             except SnapshotExpiredError:
                 return None
             return saved[1].as_of_seq, saved[2]
-
-    # -- leases ------------------------------------------------------------------------
-
-    def acquire_lease(self, session_id: str, owner: str, *, ttl: float, holder: str) -> None:
-        """See :meth:`Store.acquire_lease`."""
-        validate_session_id(session_id)
-        check_lease_args(owner, ttl=ttl, holder=holder)
-        with self._locked("acquire_lease") as state:
-            now = time.time()
-            lease = state.leases.get(session_id)
-            held = None if lease is None else (lease.owner, lease.holder, lease.expires)
-            if held is not None and not lease_is_free(held, owner, now):
-                raise SessionOwnedError(session_id, held[1])
-            state.leases[session_id] = _Lease(owner, holder, now + ttl)
-
-    def renew_lease(self, session_id: str, owner: str, *, ttl: float) -> None:
-        """See :meth:`Store.renew_lease`."""
-        validate_session_id(session_id)
-        check_lease_args(owner, ttl=ttl)
-        with self._locked("renew_lease") as state:
-            lease = state.leases.get(session_id)
-            if lease is None or lease.owner != owner:
-                raise OwnershipLostError(session_id)
-            lease.expires = time.time() + ttl
-
-    def renew_leases(self, owner: str, session_ids: Sequence[str], *, ttl: float) -> list[str]:
-        """See :meth:`Store.renew_leases`."""
-        ids = check_session_ids(session_ids)
-        check_lease_args(owner, ttl=ttl)
-        lost: list[str] = []
-        with self._locked("renew_leases") as state:
-            expires = time.time() + ttl
-            for session_id in ids:
-                lease = state.leases.get(session_id)
-                if lease is None or lease.owner != owner:
-                    lost.append(session_id)
-                else:
-                    lease.expires = expires
-        return lost
-
-    def release_lease(self, session_id: str, owner: str) -> None:
-        """See :meth:`Store.release_lease`."""
-        validate_session_id(session_id)
-        check_lease_args(owner)
-        with self._locked("release_lease") as state:
-            lease = state.leases.get(session_id)
-            if lease is not None and lease.owner == owner:
-                del state.leases[session_id]
 
     # -- handles -----------------------------------------------------------------------
 

@@ -27,6 +27,7 @@ __all__ = [
     "MAX_ID_LENGTH",
     "MAX_NESTING",
     "MAX_SEQ",
+    "LeaseInfo",
     "NewEvent",
     "PreparedEvent",
     "SessionInfo",
@@ -124,6 +125,19 @@ class SessionInfo:
     updated_at: float
     header: dict[str, JSON] = attrs.field(factory=dict)
     parent: tuple[str, int] | None = None
+
+
+@attrs.frozen
+class LeaseInfo:
+    """A session's write lease as stored: held by the token ``owner``, described by
+    ``holder`` (see :mod:`stores.leases`), valid until ``expires`` (seconds since the
+    epoch) unless renewed. An expired lease, or one whose holder process has exited
+    (:func:`stores.leases.holder_is_dead`), may be taken over."""
+
+    session_id: str
+    owner: str
+    holder: str
+    expires: float
 
 
 @attrs.frozen

@@ -26,44 +26,45 @@ from ._batching import BatchingStore, check_ops, run_batch
 from ._checks import (
     check_create_args,
     check_fork_args,
-    check_lease_args,
+    check_list_args,
     check_pin_arg,
     check_projection_args,
     check_read_args,
-    check_session_ids,
     check_text,
 )
 from .contract import (
     AppendOp,
     BatchResult,
+    ListOrder,
     Pin,
     Store,
     WriteOp,
 )
-from .errors import ClosedError, ReadOnlyError
+from .errors import ClosedError, ReadOnlyError, TidelogError
 from .records import (
     JSON,
     SessionInfo,
     StoredEvent,
-    check_count,
     check_flag,
     check_seq,
     events_from_rows,
     validate_session_id,
 )
 from .sqlite_base import in_savepoint, map_errors, one, transaction
+from .sqlite_leases import SqliteLeases
 from .sqlite_lineage import find_run as lineage_find_run
 from .sqlite_lineage import fork_session, ranges_of
+from .sqlite_maintenance import SqliteMaintenance
+from .sqlite_readonly import ReadOnlyFile, Reread, rereads
 from .sqlite_schema import (
     Synchronous,
-    check_integrity,
     check_options,
     check_path,
     open_connection,
-    open_read_only,
 )
 
 __all__ = ["CHECKPOINT_FALLBACK_PAGES", "Checkpoints", "SqliteStore"]
+
 
 #: ``"auto"``: every commit that leaves 1000+ WAL frames checkpoints (SQLite's default).
 #: ``"deferred"``: commits leave checkpoints to the owner, who calls :meth:`~SqliteStore.
@@ -98,8 +99,10 @@ class _OpByOp(Exception):
     the op holding it fails alone (a control-flow signal, never seen by callers)."""
 
 
-class SqliteStore(BatchingStore):
-    """A :class:`~stores.contract.Store` in one SQLite file (WAL, apsw).
+class SqliteStore(SqliteLeases, SqliteMaintenance, BatchingStore):
+    """A :class:`~stores.contract.Store` in one SQLite file (WAL, apsw), with the
+    operator's methods of :class:`~stores.sqlite_maintenance.SqliteMaintenance`
+    (integrity and lineage checks, storage figures, online backup).
 
     Args:
         path: the database file; created (mode 0644 before umask) if missing.
@@ -114,9 +117,11 @@ class SqliteStore(BatchingStore):
             the owner, who calls :meth:`checkpoint_wal` on another handle, off the write path;
             see :data:`Checkpoints`).
         read_only: open an existing file for reading only: it is never created, migrated
-            or written, and every write method raises :class:`~stores.errors.ReadOnlyError`
-            (see :func:`~stores.sqlite_schema.open_read_only`). :attr:`immutable` tells
-            whether the file had to be opened as immutable (its directory is not writable).
+            or written, and every write method raises :class:`~stores.errors.ReadOnlyError`.
+            No file is created beside it either: while nobody has the database open (it
+            has no ``-wal``), it is read as immutable (:attr:`immutable`), and a writer
+            that comes along is noticed at the next call, which then reads through the
+            writer's ``-wal`` (see :mod:`stores.sqlite_readonly`).
         length_limit: SQLite's ``SQLITE_LIMIT_LENGTH`` for this connection, in bytes: the
             longest text and the largest row it stores or reads (``None``: SQLite's
             1,000,000,000). A batch op that would store more fails alone with
@@ -157,21 +162,23 @@ class SqliteStore(BatchingStore):
         self.checkpoints: Checkpoints = checkpoints
         self.read_only = read_only
         self.length_limit = length_limit
-        #: True when the file is read as immutable: a read-only store whose directory does
-        #: not let SQLite create the WAL index. It then sees no later change of the file.
+        #: True while the file is read as immutable: a read-only store of a database that
+        #: nobody has open (no ``-wal``), or whose WAL index cannot be created here.
         self.immutable = False
         #: Frames in the WAL after this handle's last commit (kept with ``"deferred"``).
         self.wal_pages = 0
         self._fallback_done = 0
         self._lock = threading.RLock()
         self._conn: apsw.Connection | None
+        self._ro: ReadOnlyFile | None = None
         if read_only:
-            self._conn, self.immutable = open_read_only(
+            self._ro = ReadOnlyFile.open(
                 self.path,
                 busy_timeout_ms=busy_timeout_ms,
                 integrity_check=integrity_check_on_open,
                 length_limit=length_limit,
             )
+            self._conn, self.immutable = self._ro.conn, self._ro.immutable
         else:
             self._conn = open_connection(
                 self.path,
@@ -207,8 +214,25 @@ class SqliteStore(BatchingStore):
                 raise ClosedError(f"{what}: this SqliteStore was closed")
             if write and self.read_only:
                 raise ReadOnlyError(what, f"this SqliteStore of {self.path!r} is read-only")
-            with map_errors(what, writing=write):
-                yield conn
+            watch = self._ro if self._ro is not None and self._ro.watched is not None else None
+            if watch is None:
+                with map_errors(what, writing=write):
+                    yield conn
+                return
+            with map_errors(what):
+                if watch.changed():  # a writer came or went: read afresh
+                    watch.reopen()
+                    conn = self._conn = watch.conn
+                    self.immutable = watch.immutable
+            try:
+                with map_errors(what):
+                    yield conn
+            except TidelogError:
+                if watch.changed():
+                    raise Reread from None  # a failure caused by the change, maybe
+                raise
+            if watch.changed():
+                raise Reread  # what was read may mix two versions of the file
 
     @contextmanager
     def _write(
@@ -312,6 +336,7 @@ class SqliteStore(BatchingStore):
         with self._write("truncate") as conn:
             return sqlops.truncate_session(conn, session_id, to_seq, time.time())
 
+    @rereads
     def read(
         self,
         session_id: str,
@@ -337,6 +362,7 @@ class SqliteStore(BatchingStore):
                     )
         return events_from_rows(session_id, rows)
 
+    @rereads
     def head(self, session_id: str) -> int:
         """See :meth:`Store.head`."""
         validate_session_id(session_id)
@@ -344,6 +370,7 @@ class SqliteStore(BatchingStore):
             row = conn.execute("SELECT head FROM sessions WHERE id=?", (session_id,)).fetchone()
         return 0 if row is None else int(row[0])
 
+    @rereads
     def stat(self, session_id: str) -> SessionInfo | None:
         """See :meth:`Store.stat`."""
         validate_session_id(session_id)
@@ -353,6 +380,7 @@ class SqliteStore(BatchingStore):
             ).fetchone()
         return None if row is None else sqlops.session_info(row)
 
+    @rereads
     def pin(self, session_id: str) -> Pin | None:
         """See :meth:`Store.pin`."""
         validate_session_id(session_id)
@@ -362,6 +390,7 @@ class SqliteStore(BatchingStore):
             ).fetchone()
         return None if row is None else Pin(session_id, row[1], row[0], row[2])
 
+    @rereads
     def find_run(self, session_id: str, run_id: str) -> tuple[int, int] | None:
         """See :meth:`Store.find_run` (served by the ``events_by_run`` index)."""
         validate_session_id(session_id)
@@ -372,6 +401,7 @@ class SqliteStore(BatchingStore):
                 return None
             return lineage_find_run(conn, ranges_of(conn, row[0]), run_id)
 
+    @rereads
     def refresh_pin(self, pin: Pin) -> Pin:
         """See :meth:`Store.refresh_pin`."""
         check_pin_arg(pin)
@@ -382,14 +412,20 @@ class SqliteStore(BatchingStore):
             )
         return Pin(pin.session_id, head, pin.incarnation, epoch)
 
-    def list_sessions(self, *, limit: int | None = None) -> list[SessionInfo]:
-        """See :meth:`Store.list_sessions`."""
-        check_count(limit, "limit")
+    @rereads
+    def list_sessions(
+        self,
+        *,
+        limit: int | None = None,
+        prefix: str | None = None,
+        after: str | None = None,
+        order: ListOrder = "id",
+    ) -> list[SessionInfo]:
+        """See :meth:`Store.list_sessions`: one range of the ids' unique index."""
+        check_list_args(limit, prefix, after, order)
+        sql, args = sqlops.list_query(limit, prefix, after, order)
         with self._connection("list_sessions") as conn:
-            rows = conn.execute(
-                f"SELECT {sqlops.INFO_COLUMNS} FROM sessions ORDER BY updated_at DESC, id LIMIT ?",
-                (-1 if limit is None else limit,),
-            ).fetchall()
+            rows = conn.execute(sql, args).fetchall()
         return [sqlops.session_info(r) for r in rows]
 
     # -- projection checkpoints --------------------------------------------------------
@@ -401,6 +437,7 @@ class SqliteStore(BatchingStore):
         with self._write("save_projection") as conn:
             aux.save_projection(conn, pin, name, version, state_json)
 
+    @rereads
     def load_projection(self, session_id: str, name: str, version: int) -> tuple[int, str] | None:
         """See :meth:`Store.load_projection`."""
         validate_session_id(session_id)
@@ -408,49 +445,7 @@ class SqliteStore(BatchingStore):
         with self._connection("load_projection") as conn, transaction(conn):
             return aux.load_projection(conn, session_id, name, version)
 
-    # -- leases ------------------------------------------------------------------------
-
-    def acquire_lease(self, session_id: str, owner: str, *, ttl: float, holder: str) -> None:
-        """See :meth:`Store.acquire_lease`."""
-        validate_session_id(session_id)
-        check_lease_args(owner, ttl=ttl, holder=holder)
-        with self._write("acquire_lease") as conn:
-            aux.acquire_lease(conn, session_id, owner, holder, time.time(), ttl)
-
-    def renew_lease(self, session_id: str, owner: str, *, ttl: float) -> None:
-        """See :meth:`Store.renew_lease`."""
-        validate_session_id(session_id)
-        check_lease_args(owner, ttl=ttl)
-        with self._write("renew_lease") as conn:
-            aux.renew_lease(conn, session_id, owner, time.time() + ttl)
-
-    def renew_leases(self, owner: str, session_ids: Sequence[str], *, ttl: float) -> list[str]:
-        """See :meth:`Store.renew_leases`."""
-        ids = check_session_ids(session_ids)
-        check_lease_args(owner, ttl=ttl)
-        if not ids:
-            with self._connection("renew_leases", write=True):
-                return []
-        with self._write("renew_leases") as conn:
-            return aux.renew_leases(conn, owner, ids, time.time() + ttl)
-
-    def release_lease(self, session_id: str, owner: str) -> None:
-        """See :meth:`Store.release_lease`."""
-        validate_session_id(session_id)
-        check_lease_args(owner)
-        with self._write("release_lease") as conn:
-            aux.release_lease(conn, session_id, owner)
-
     # -- maintenance, handles ----------------------------------------------------------
-
-    def check_integrity(self) -> tuple[bool, str]:
-        """Run ``PRAGMA integrity_check``: ``(True, "ok")`` or ``(False, what is wrong)``."""
-        with self._connection("check_integrity") as conn:
-            try:
-                return check_integrity(conn)
-            except (apsw.CorruptError, apsw.NotADBError) as exc:
-                # Damage that stops the check itself is a finding, not a failure to check.
-                return False, f"{type(exc).__name__}: {exc}"
 
     def checkpoint_wal(self) -> int:
         """See :meth:`Store.checkpoint_wal`: a PASSIVE WAL checkpoint on this connection."""
@@ -475,10 +470,13 @@ class SqliteStore(BatchingStore):
         with contextlib.suppress(apsw.Error):
             self._fallback_done = self._checkpoint(conn)
 
+    @rereads
     def data_version(self) -> int:
         """``PRAGMA data_version``: changes when another connection or process commits."""
         with self._connection("data_version") as conn:
-            return int(one(conn, "PRAGMA data_version")[0])
+            version = int(one(conn, "PRAGMA data_version")[0])
+        # A reopened read-only connection counts afresh: its generation tells them apart.
+        return version + (0 if self._ro is None else self._ro.generation << 32)
 
     def clone(self, *, read_only: bool | None = None) -> SqliteStore:
         """Another connection to the same file with the same settings; read-only if this

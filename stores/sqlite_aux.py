@@ -6,15 +6,20 @@ their caller opened, with arguments already checked; none commits.
 
 from __future__ import annotations
 
+from typing import Any
+
 import apsw
 
+from ._checks import prefix_end
 from .contract import Pin
 from .errors import OwnershipLostError, SessionOwnedError, SnapshotExpiredError
 from .leases import lease_is_free
+from .records import LeaseInfo
 from .sqlite_ops import check_pin
 
 __all__ = [
     "acquire_lease",
+    "list_leases",
     "load_projection",
     "release_lease",
     "renew_leases",
@@ -61,6 +66,20 @@ def renew_lease(conn: apsw.Connection, session_id: str, owner: str, expires: flo
 def release_lease(conn: apsw.Connection, session_id: str, owner: str) -> None:
     """Drop the lease if ``owner`` holds it."""
     conn.execute("DELETE FROM leases WHERE id=? AND owner=?", (session_id, owner))
+
+
+def list_leases(conn: apsw.Connection, prefix: str | None) -> list[LeaseInfo]:
+    """The stored leases of the sessions whose id starts with ``prefix``, by id."""
+    sql, args = "SELECT id, owner, holder, expires FROM leases", []
+    if prefix:
+        sql += " WHERE id >= ?"
+        args.append(prefix)
+        end = prefix_end(prefix)
+        if end is not None:
+            sql += " AND id < ?"
+            args.append(end)
+    rows: list[Any] = conn.execute(sql + " ORDER BY id", args).fetchall()
+    return [LeaseInfo(sid, owner, holder, expires) for sid, owner, holder, expires in rows]
 
 
 def save_projection(

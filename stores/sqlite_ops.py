@@ -15,12 +15,14 @@ import apsw
 import attrs
 
 from ._batching import StoredTail, check_replace, resent_tail
+from ._checks import prefix_end
 from .contract import (
     AppendOp,
     BatchResult,
     GroupOp,
     Pin,
     ReplaceOp,
+    RestoreOp,
     TruncateOp,
     WriteOp,
 )
@@ -59,6 +61,32 @@ def session_info(row: Sequence[Any]) -> SessionInfo:
         ) from exc
     parent = None if parent_id is None else (parent_id, parent_seq)
     return SessionInfo(session_id, head, created_at, updated_at, header, parent)
+
+
+def list_query(
+    limit: int | None, prefix: str | None, after: str | None, order: str
+) -> tuple[str, tuple[Any, ...]]:
+    """The query of a checked :meth:`Store.list_sessions <stores.contract.Store.list_sessions>`
+    call and its arguments. SQLite compares text as UTF-8 bytes, which is the code point
+    order the contract names; a prefix is a range of the ids' index."""
+    where: list[str] = []
+    args: list[Any] = []
+    if prefix:
+        where.append("id >= ?")
+        args.append(prefix)
+        end = prefix_end(prefix)
+        if end is not None:
+            where.append("id < ?")
+            args.append(end)
+    if after is not None:
+        where.append("id > ?")
+        args.append(after)
+    sql = f"SELECT {INFO_COLUMNS} FROM sessions"
+    if where:
+        sql += " WHERE " + " AND ".join(where)
+    sql += " ORDER BY id LIMIT ?" if order == "id" else " ORDER BY updated_at DESC, id LIMIT ?"
+    args.append(-1 if limit is None else limit)
+    return sql, tuple(args)
 
 
 def create_session(
@@ -193,6 +221,8 @@ def apply_op(conn: apsw.Connection, op: WriteOp, now: float) -> int:
     """Apply one op of a general batch (the caller holds a savepoint); its result."""
     if isinstance(op, AppendOp):
         return apply_append(conn, op, now)
+    if isinstance(op, RestoreOp):
+        return apply_restore(conn, op)
     if isinstance(op, GroupOp):
         for member in op.ops:  # the caller's savepoint makes the group all or nothing
             apply_op(conn, member, now)
@@ -203,6 +233,36 @@ def apply_op(conn: apsw.Connection, op: WriteOp, now: float) -> int:
     if isinstance(op, ReplaceOp):
         return replace_tail(conn, op, now)
     return int(delete_session(conn, op.session_id))
+
+
+def apply_restore(conn: apsw.Connection, op: RestoreOp) -> int:
+    """Apply a :class:`~stores.contract.RestoreOp`; the new head."""
+    row = conn.execute("SELECT sid, head FROM sessions WHERE id=?", (op.session_id,)).fetchone()
+    head = 0 if row is None else int(row[1])
+    if op.expected_head != head:
+        raise ConflictError(op.session_id, op.expected_head, head)
+    if row is None:
+        parent_id, parent_seq = (None, None) if op.parent is None else op.parent
+        conn.execute(
+            "INSERT INTO sessions(id, created_at, updated_at, header, parent_id, parent_seq) "
+            "VALUES (?,?,?,?,?,?)",
+            (op.session_id, op.created_at, op.updated_at, op.header_json, parent_id, parent_seq),
+        )
+        sid = int(conn.last_insert_rowid())
+    else:
+        sid = row[0]
+    conn.executemany(
+        INSERT_EVENT,
+        [
+            (sid, head + i, ts, ev.kind, ev.data_json, ev.run_id)
+            for i, (ev, ts) in enumerate(zip(op.events, op.stamps, strict=True), start=1)
+        ],
+    )
+    new_head = head + len(op.events)
+    conn.execute(
+        "UPDATE sessions SET head=?, updated_at=? WHERE sid=?", (new_head, op.updated_at, sid)
+    )
+    return new_head
 
 
 def replace_tail(conn: apsw.Connection, op: ReplaceOp, now: float) -> int:

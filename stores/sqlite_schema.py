@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import pathlib
 from collections.abc import Callable
 from typing import Literal
 
@@ -37,11 +36,12 @@ __all__ = [
     "MIGRATIONS",
     "SCHEMA_VERSION",
     "Synchronous",
+    "check_identity",
     "check_integrity",
     "check_options",
     "check_path",
+    "check_sqlite_header",
     "open_connection",
-    "open_read_only",
 ]
 
 #: ``PRAGMA application_id`` of every tidelog database: the bytes "tdlg".
@@ -130,7 +130,7 @@ def _scalar(conn: apsw.Connection, sql: str) -> object:
     return None if row is None else row[0]
 
 
-def _check_identity(conn: apsw.Connection) -> int:
+def check_identity(conn: apsw.Connection) -> int:
     """Return the file's schema version, or raise if it is not ours (reads only)."""
     app_id = _scalar(conn, "PRAGMA application_id")
     version = _scalar(conn, "PRAGMA user_version")
@@ -158,7 +158,7 @@ def _check_identity(conn: apsw.Connection) -> int:
 def _migrate(conn: apsw.Connection) -> None:
     """Bring the file to :data:`SCHEMA_VERSION` in one transaction (re-checked inside)."""
     with transaction(conn, "BEGIN IMMEDIATE"):
-        version = _check_identity(conn)
+        version = check_identity(conn)
         while version < SCHEMA_VERSION:
             try:
                 MIGRATIONS[version](conn)
@@ -177,7 +177,7 @@ _MAGIC = b"SQLite format 3\x00"
 _HEADER_SIZE = 100
 
 
-def _check_header(path: str) -> None:
+def check_sqlite_header(path: str) -> None:
     """Refuse, untouched, a non-empty file that cannot be a whole SQLite database (no
     SQLite header, or cut before the end of it): SQLite would treat some of these as a
     new, empty database and we would write a schema into them."""
@@ -278,7 +278,7 @@ def open_connection(
         StoreBusyError: another process held the lock past ``busy_timeout_ms`` (setup).
     """
     _create_file(path)
-    _check_header(path)
+    check_sqlite_header(path)
     sidecars = {suffix: os.path.exists(path + suffix) for suffix in ("-wal", "-shm")}
     with map_errors(f"open {path!r}"):
         conn = apsw.Connection(path, flags=apsw.SQLITE_OPEN_READWRITE | apsw.SQLITE_OPEN_NOFOLLOW)
@@ -289,7 +289,7 @@ def open_connection(
             # migration. A refused file is left exactly as it was.
             conn.config(apsw.SQLITE_DBCONFIG_NO_CKPT_ON_CLOSE, 1)
             conn.set_busy_timeout(busy_timeout_ms)
-            version = _check_identity(conn)
+            version = check_identity(conn)
             if integrity_check and version > 0:
                 ok, detail = check_integrity(conn)
                 if not ok:
@@ -312,89 +312,6 @@ def open_connection(
         _remove_new_sidecars(path, sidecars)
         raise
     return conn
-
-
-def open_read_only(
-    path: str,
-    *,
-    busy_timeout_ms: int,
-    integrity_check: bool = False,
-    length_limit: int | None = None,
-) -> tuple[apsw.Connection, bool]:
-    """Open one read-only connection on an existing, current tidelog file, which is never
-    created, migrated or written (SQLite's ``mode=ro``). Returns the connection and
-    whether it reads the file as *immutable*.
-
-    A reader of a WAL database needs the ``-shm`` index (and an empty ``-wal``); SQLite
-    creates them next to the file if they are missing, as for any reader. Where they
-    cannot be created (a directory this process may not write), the file is opened with
-    ``immutable=1`` instead: read without locks, so it must not change while this
-    connection reads it -- unless the ``-wal`` holds commits, which an immutable reader
-    would not see: then the open fails.
-
-    Raises:
-        StoreIOError: the file does not exist or cannot be read.
-        UnsupportedFormatError: foreign or newer file, or one whose schema is older than
-            this tidelog's (it needs a migration, which only a writable open does).
-        StoreCorruptError: not a database, or ``integrity_check`` found damage.
-    """
-    if not os.path.isfile(path):
-        what = "not a regular file" if os.path.exists(path) else "no such file"
-        raise StoreIOError(f"open {path!r} read-only: {what} (a read-only store never creates one)")
-    _check_header(path)
-    uri = pathlib.Path(os.path.abspath(path)).as_uri() + "?mode=ro"
-    immutable = False
-    conn = _connect_read_only(path, uri)
-    try:
-        with map_errors(f"open {path!r} read-only"):
-            conn.config(apsw.SQLITE_DBCONFIG_NO_CKPT_ON_CLOSE, 1)
-            conn.set_busy_timeout(busy_timeout_ms)
-            try:
-                version = _check_identity(conn)
-            except (apsw.ReadOnlyError, apsw.CantOpenError) as exc:
-                _wal_must_be_empty(path, exc)
-                conn.close()
-                conn, immutable = _connect_read_only(path, uri + "&immutable=1"), True
-                conn.set_busy_timeout(busy_timeout_ms)
-                version = _check_identity(conn)
-            if version < SCHEMA_VERSION:
-                raise UnsupportedFormatError(
-                    f"open {path!r} read-only: schema version {version} is older than this "
-                    f"tidelog's ({SCHEMA_VERSION}); it needs a migration, which a read-only "
-                    "open never does: open it once with read_only=False"
-                )
-            if integrity_check:
-                ok, detail = check_integrity(conn)
-                if not ok:
-                    raise StoreCorruptError(f"open {path!r}: integrity check failed: {detail}")
-            if length_limit is not None:
-                conn.limit(apsw.SQLITE_LIMIT_LENGTH, length_limit)
-    except BaseException:
-        conn.close()
-        raise
-    return conn, immutable
-
-
-def _connect_read_only(path: str, uri: str) -> apsw.Connection:
-    flags = apsw.SQLITE_OPEN_READONLY | apsw.SQLITE_OPEN_URI | apsw.SQLITE_OPEN_NOFOLLOW
-    with map_errors(f"open {path!r} read-only"):
-        return apsw.Connection(uri, flags=flags)
-
-
-def _wal_must_be_empty(path: str, cause: apsw.Error) -> None:
-    """Before reading ``path`` as immutable: refuse if its WAL holds commits (an
-    immutable reader ignores the WAL, so it would miss them)."""
-    try:
-        size = os.path.getsize(path + "-wal")
-    except FileNotFoundError:
-        return
-    except OSError as exc:
-        raise StoreIOError(f"open {path!r} read-only: cannot inspect its WAL: {exc}") from cause
-    if size > 0:
-        raise StoreIOError(
-            f"open {path!r} read-only: its WAL holds commits, and their index (-shm) cannot "
-            f"be created here ({cause}); open it once where it is writable to checkpoint it"
-        ) from cause
 
 
 def _remove_new_sidecars(path: str, existed: dict[str, bool]) -> None:

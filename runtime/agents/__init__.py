@@ -69,6 +69,14 @@ from ._output import OutputValidationError
 from ._projections import ConversationProjection, TurnsProjection, agent_projections
 from ._provider import RetryPolicy
 from ._registry import checkpoints, history
+from ._retention import (
+    CheckpointSession,
+    PruneAction,
+    PruneReport,
+    checkpoint_sessions,
+    conversation_sessions,
+    prune,
+)
 from ._runner import Runner
 from ._runtime_history import RuntimeHistory
 from ._tools import FunctionTool, RunContext, ToolArgumentsError, function_tool
@@ -98,6 +106,7 @@ __all__ = [
     "AnthropicModel",
     "AssistantMessage",
     "CheckpointOptions",
+    "CheckpointSession",
     "Checkpointer",
     "ConversationProjection",
     "Entry",
@@ -124,6 +133,8 @@ __all__ = [
     "OpenAIChatModel",
     "OpenAIResponsesModel",
     "OutputValidationError",
+    "PruneAction",
+    "PruneReport",
     "RequestedCall",
     "RetryPolicy",
     "RunCompleted",
@@ -160,8 +171,10 @@ __all__ = [
     "agent_projections",
     "begin_run",
     "check_fork_point",
+    "checkpoint_sessions",
     "checkpoints",
     "complete_run",
+    "conversation_sessions",
     "drop_dangling_tool_calls",
     "entry_from_json",
     "entry_to_json",
@@ -169,6 +182,7 @@ __all__ = [
     "function_tool",
     "history",
     "pending_tool_calls",
+    "prune",
 ]
 
 #: The provider adapters, imported on first use: each needs its SDK (an optional extra).

@@ -1,6 +1,13 @@
-"""The ``tidelog`` command line: the demo, and commands that inspect and maintain a
-database (see ``tidelog --help``). Also ``python -m runtime.cli``."""
+"""The ``tidelog`` command line: browse, export and import, check, back up, prune and
+edit databases, and the demo (see ``tidelog --help`` and ``docs/cli.md``). Also
+``python -m runtime.cli``.
 
-from ._commands import CliError, build_parser, main
+A client of the public runtime API (``runtime``, ``runtime.agents``) and of the Store
+contract (``stores``): it never imports ``actors`` or a private ``runtime._*`` module.
+"""
+
+from ._errors import CliError
+from ._main import main
+from ._parsing import build_parser
 
 __all__ = ["CliError", "build_parser", "main"]

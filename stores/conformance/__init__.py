@@ -37,14 +37,17 @@ from .handles import HandleCases
 from .inputs import InputCases
 from .leases import LeaseAndPinCases
 from .limits import LimitCases
+from .listing import ListingCases
 from .log import LogCases
 from .readonly import ReadOnlyCases
+from .restore import RestoreCases
 
 __all__ = ["DurableStoreConformance", "StoreConformance"]
 
 
 class StoreConformance(
     LogCases,
+    ListingCases,
     InputCases,
     LimitCases,
     BatchCases,
@@ -52,6 +55,7 @@ class StoreConformance(
     HandleCases,
     ForkCases,
     ReadOnlyCases,
+    RestoreCases,
 ):
     """Conformance cases for any :class:`~stores.contract.Store`.
 
@@ -90,15 +94,16 @@ class DurableStoreConformance(StoreConformance):
         assert {sid: reopened.stat(sid) for sid in ("a", "empty")} == before
 
     def test_reopen_keeps_list_order(self, store: Store, tmp_path: pathlib.Path) -> None:
-        """list_sessions order (most recently updated first) survives reopen."""
+        """list_sessions orders (most recently updated first, by id) survive reopen."""
         for name in ("a", "b", "c"):
             store.append(name, _events(1))
             time.sleep(0.01)
         store.append("a", _events(1))
-        before = store.list_sessions()
+        before = store.list_sessions(order="updated")
         assert [i.id for i in before] == ["a", "c", "b"]
         reopened = self._reopen(store, tmp_path)
-        assert reopened.list_sessions() == before
+        assert reopened.list_sessions(order="updated") == before
+        assert [i.id for i in reopened.list_sessions()] == ["a", "b", "c"]
 
     def test_reopen_keeps_truncation(self, store: Store, tmp_path: pathlib.Path) -> None:
         """A truncation survives reopen and later appends reuse the seqs."""

@@ -316,27 +316,29 @@ class LogCases(ConformanceBase):
     # -- list_sessions ---------------------------------------------------------------------------
 
     def test_list_sessions_most_recently_updated_first(self, store: Store) -> None:
-        """list_sessions orders by last update, most recent first."""
+        """list_sessions(order="updated") orders by last update, most recent first."""
         for name in ("a", "b", "c"):
             store.create(name)
             time.sleep(0.01)
-        assert [i.id for i in store.list_sessions()] == ["c", "b", "a"]
+        assert [i.id for i in store.list_sessions(order="updated")] == ["c", "b", "a"]
         store.append("a", _events(1))
         time.sleep(0.01)
-        assert [i.id for i in store.list_sessions()] == ["a", "c", "b"]
+        assert [i.id for i in store.list_sessions(order="updated")] == ["a", "c", "b"]
         store.append("b", _events(2))
-        infos = store.list_sessions()
+        infos = store.list_sessions(order="updated")
         assert [i.id for i in infos] == ["b", "a", "c"]
         assert [i.head for i in infos] == [2, 1, 0]
+        assert [i.id for i in store.list_sessions()] == ["a", "b", "c"]  # default: by id
 
     def test_list_sessions_limit(self, store: Store) -> None:
-        """``limit`` returns the most recent ones; 0 returns none; a big limit returns all."""
-        for name in ("a", "b", "c", "d"):
+        """``limit`` returns the first ones of the order; 0 returns none; a big limit all."""
+        for name in ("c", "a", "d", "b"):
             store.append(name, _events(1))
             time.sleep(0.01)
-        assert [i.id for i in store.list_sessions(limit=2)] == ["d", "c"]
+        assert [i.id for i in store.list_sessions(limit=2)] == ["a", "b"]
+        assert [i.id for i in store.list_sessions(limit=2, order="updated")] == ["b", "d"]
         assert store.list_sessions(limit=0) == []
-        assert [i.id for i in store.list_sessions(limit=10)] == ["d", "c", "b", "a"]
+        assert [i.id for i in store.list_sessions(limit=10)] == ["a", "b", "c", "d"]
 
     def test_list_sessions_matches_stat(self, store: Store) -> None:
         """Each listed SessionInfo equals that session's stat."""

@@ -13,6 +13,7 @@ from stores import (
     NewEvent,
     Pin,
     ReadOnlyError,
+    RestoreOp,
     Store,
     TruncateOp,
 )
@@ -31,6 +32,7 @@ _WRITES: dict[str, Callable[[Store], object]] = {
     "write_batch_general": lambda s: s.write_batch([TruncateOp("s", 1)]),
     "write_batch_empty": lambda s: s.write_batch([]),
     "write_batch_sync": lambda s: s.write_batch([], sync=True),
+    "write_batch_restore": lambda s: s.write_batch([RestoreOp("r", (), (), 0)]),
     "sync": lambda s: s.sync(),
     "truncate": lambda s: s.truncate("s", 0),
     "delete": lambda s: s.delete("s"),

@@ -121,7 +121,7 @@ def test_writes_raise_read_only_and_leave_the_file_unchanged(db: str, reader: Sq
             write()
     assert Path(db).read_bytes() == before
     assert reader.read_only is True
-    assert reader.immutable is False
+    assert reader.immutable is True  # nobody has it open
     assert [e.data for e in reader.read("s")] == [{"i": i} for i in range(3)]
     assert reader.check_integrity() == (True, "ok")
 
@@ -248,13 +248,16 @@ def test_immutable_fallback_refuses_a_wal_holding_commits(read_only_dir: str) ->
 
 
 def test_writable_directory_reads_without_immutable(db: str) -> None:
-    """Where SQLite may create the WAL index, a read-only store uses it (not immutable)
-    and the database file itself is left byte-for-byte unchanged."""
+    """Where a writer has the database open (its -wal and -shm exist), a read-only store
+    reads through them (not immutable) and leaves the database file byte-for-byte
+    unchanged."""
     before = Path(db).read_bytes()
+    writer = SqliteStore(db)
     store = SqliteStore(db, read_only=True)
     try:
         assert store.immutable is False
         assert store.head("s") == 3
     finally:
         store.close()
+        writer.close()
     assert Path(db).read_bytes() == before

@@ -1,0 +1,56 @@
+"""``main()``: parse the arguments, run the command, and turn every expected failure
+into one line on stderr and an exit status (see :mod:`runtime.cli._errors`)."""
+
+from __future__ import annotations
+
+import importlib
+import os
+import sys
+from collections.abc import Callable, Sequence
+
+from ._errors import EXIT_INTERRUPTED, EXIT_USAGE, CliError, Interrupted, explain, leaf
+from ._parsing import COMMANDS, build_parser
+
+__all__ = ["main"]
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the ``tidelog`` command line with ``argv`` (default ``sys.argv[1:]``); return
+    the exit status."""
+    args = build_parser().parse_args(argv)
+    module, function, _ = COMMANDS[args.command]
+    try:
+        if args.command == "demo":
+            from ._demo import run_demo
+
+            return run_demo(args.db, keep=args.keep)
+        command: Callable[..., int] = getattr(
+            importlib.import_module(f"{__package__}.{module}"), function
+        )
+        try:
+            return command(args)
+        except BaseException as exc:
+            found = leaf(exc)
+            if found is exc:
+                raise
+            raise found from None  # a one-member group from trio: report its member
+    except CliError as exc:
+        print(exc.message, file=sys.stderr)
+        return exc.code
+    except Interrupted as exc:
+        print(f"tidelog: interrupted: {exc.done}", file=sys.stderr)
+        return EXIT_INTERRUPTED
+    except KeyboardInterrupt:
+        return 0 if args.command == "tail" and args.follow else EXIT_INTERRUPTED
+    except BrokenPipeError:
+        # The reader went away (``tidelog show ... | head``): not an error of ours.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return 0
+    except Exception as exc:
+        from runtime import TidelogError
+
+        if isinstance(exc, TidelogError):
+            print(explain(exc, getattr(args, "db", "")), file=sys.stderr)
+            return EXIT_USAGE
+        raise

@@ -1,0 +1,369 @@
+"""The ``tidelog`` command line's arguments: one parser, a subcommand per operation.
+
+Only :mod:`argparse` and the standard library are imported here, so ``tidelog --help``
+and a usage error cost no more than importing the runtime package; each command's module
+is imported when that command runs (:data:`COMMANDS`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import time
+from datetime import datetime
+
+__all__ = ["COMMANDS", "build_parser", "count", "duration", "seq", "version"]
+
+#: Every command: its module (under ``runtime.cli``), the function that runs it, and the
+#: one-line summary ``tidelog --help`` shows.
+COMMANDS: dict[str, tuple[str, str, str]] = {
+    "demo": ("_demo", "run_demo", "run the demo: agent sessions, a crash mid-tool, recovery"),
+    "ls": ("_browse", "cmd_ls", "list sessions by id (paged: --limit, --after, --prefix)"),
+    "show": ("_browse", "cmd_show", "print a session's events, streamed from the first"),
+    "tail": ("_browse", "cmd_tail", "print a session's last events; -f follows new ones"),
+    "export": ("_dump", "cmd_export", "write sessions to a dump (JSON Lines) on stdout or -o"),
+    "import": ("_load", "cmd_import", "load a dump into a database (idempotent, resumable)"),
+    "check": ("_check", "cmd_check", "check integrity, format, lineage, leases, checkpoints"),
+    "backup": ("_check", "cmd_backup", "copy a live database consistently, then check the copy"),
+    "stats": ("_check", "cmd_stats", "sessions, events, bytes, WAL size, largest sessions"),
+    "prune": ("_cleanup", "cmd_prune", "delete old sessions and run checkpoints (see --dry-run)"),
+    "delete": ("_cleanup", "cmd_delete", "delete sessions (never one a live writer holds)"),
+    "fork": ("_edit", "cmd_fork", "fork a session at a seq (O(1): shares the prefix)"),
+    "rewind": ("_edit", "cmd_rewind", "cut a conversation back to its first N entries"),
+}
+
+
+def version() -> str:
+    """The installed tidelog's version (read from the package metadata when asked:
+    importing ``importlib.metadata`` costs more than the rest of the parser)."""
+    from importlib import metadata
+
+    try:
+        return metadata.version("tidelog")
+    except metadata.PackageNotFoundError:  # run from a source tree without installing
+        return "unknown (not installed)"
+
+
+class _Version(argparse.Action):
+    """``--version``: looks the version up only when asked (reading the package metadata
+    costs more than parsing every other argument)."""
+
+    def __init__(self, option_strings: list[str], dest: str, help: str | None = None) -> None:
+        super().__init__(option_strings, dest, nargs=0, default=argparse.SUPPRESS, help=help)
+
+    def __call__(
+        self,
+        parser: argparse.ArgumentParser,
+        namespace: argparse.Namespace,  # noqa: ARG002 (argparse.Action's signature)
+        values: object,  # noqa: ARG002
+        option_string: str | None = None,  # noqa: ARG002
+    ) -> None:
+        print(f"tidelog {version()}")
+        parser.exit()
+
+
+# -- argument types ----------------------------------------------------------------------
+
+
+def count(text: str) -> int:
+    """An argparse type: an integer >= 0."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be >= 0, not {value}")
+    if value > 2**63 - 1:
+        raise argparse.ArgumentTypeError(f"too large: {value}")
+    return value
+
+
+#: A seq is a count (0 is "before the first event").
+seq = count
+
+
+def _events_to_show(text: str) -> int | None:
+    """``-n``'s type: a count, or ``all`` (``None``)."""
+    return None if text == "all" else count(text)
+
+
+_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
+_DURATION = re.compile(r"\A(\d+(?:\.\d+)?)([smhdw])\Z")
+
+
+def duration(text: str) -> float:
+    """An argparse type: a duration such as ``90s``, ``15m``, ``12h``, ``30d``, ``2w``;
+    returns seconds."""
+    match = _DURATION.match(text.strip())
+    if match is None:
+        raise argparse.ArgumentTypeError(
+            f"not a duration: {text!r} (a number and a unit: s, m, h, d or w, as in 30d)"
+        )
+    return float(match.group(1)) * _UNITS[match.group(2)]
+
+
+def moment(text: str) -> float:
+    """An argparse type: a point in time, as an ISO date or date and time (local time
+    unless it names a zone), or a duration ago (``7d``); returns seconds since the epoch."""
+    if _DURATION.match(text.strip()):
+        return time.time() - duration(text)
+    try:
+        return datetime.fromisoformat(text.strip()).timestamp()
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"not a time: {text!r} (an ISO date such as 2026-01-31 or 2026-01-31T12:00, "
+            "or a duration ago such as 7d)"
+        ) from None
+
+
+# -- the parser --------------------------------------------------------------------------
+
+
+def _formats(parser: argparse.ArgumentParser, *, jsonl_only: bool = False) -> None:
+    """``--json`` (one document) and ``--jsonl`` (one JSON object per line), exclusive."""
+    group = parser.add_mutually_exclusive_group()
+    if not jsonl_only:
+        group.add_argument(
+            "--json",
+            dest="format",
+            action="store_const",
+            const="json",
+            help="print one JSON document (schema: docs/cli.md)",
+        )
+    group.add_argument(
+        "--jsonl",
+        dest="format",
+        action="store_const",
+        const="jsonl",
+        help="print one JSON object per line (JSON Lines; schema: docs/cli.md)",
+    )
+    parser.set_defaults(format="text")
+
+
+def _database(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("db", metavar="DB", help="tidelog database file")
+
+
+def _add(
+    commands: argparse._SubParsersAction[argparse.ArgumentParser], name: str, description: str
+) -> argparse.ArgumentParser:
+    summary = COMMANDS[name][2]
+    return commands.add_parser(name, help=summary, description=description or summary + ".")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The ``tidelog`` argument parser."""
+    parser = argparse.ArgumentParser(
+        prog="tidelog",
+        description="Inspect, export, check and maintain tidelog databases (durable "
+        "agent sessions on SQLite). Read commands open the database read-only and "
+        "create no file.",
+        epilog="Run `tidelog COMMAND --help` for a command's options; docs/cli.md has "
+        "the JSON schemas and the dump format.",
+    )
+    parser.add_argument("--version", action=_Version, help="print the version and exit")
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    demo = _add(
+        commands,
+        "demo",
+        "Run scripted agent sessions on an embedded SQLite file, kill a host mid-tool, "
+        "resume it, and show a pinned snapshot and a live tail.",
+    )
+    demo.add_argument("--db", metavar="PATH", help="a new database file (default: a temp dir)")
+    demo.add_argument("--keep", action="store_true", help="keep the temporary directory")
+
+    ls = _add(
+        commands,
+        "ls",
+        "List sessions in id order, a page at a time: the next page starts --after the "
+        "last id printed. Paging is stable while others write. Internal sessions (run "
+        "checkpoints, archives: ids starting with 'tidelog/') only with --internal.",
+    )
+    _database(ls)
+    ls.add_argument(
+        "--limit", type=count, default=1000, metavar="N", help="at most N (default 1000; 0: all)"
+    )
+    ls.add_argument("--prefix", metavar="P", help="only ids starting with P")
+    ls.add_argument("--after", metavar="ID", help="only ids after ID (the previous page's last)")
+    ls.add_argument(
+        "--since-updated",
+        type=moment,
+        metavar="WHEN",
+        help="only sessions updated since WHEN (2026-01-31, 2026-01-31T12:00, or 7d for "
+        "7 days ago)",
+    )
+    ls.add_argument(
+        "--sort",
+        choices=("id", "updated"),
+        default="id",
+        help="id (default; pages with --after) or updated (most recent first, one page)",
+    )
+    ls.add_argument("--internal", action="store_true", help="include internal sessions")
+    _formats(ls)
+
+    show = _add(
+        commands,
+        "show",
+        "Print a session's events from a consistent snapshot, streamed: the first line "
+        "comes at once and memory stays flat however long the session is.",
+    )
+    _database(show)
+    show.add_argument("session", metavar="ID", help="session id")
+    show.add_argument("--since", type=seq, default=0, metavar="SEQ", help="events after SEQ")
+    show.add_argument("--until", type=seq, metavar="SEQ", help="events up to SEQ")
+    show.add_argument(
+        "-n", "--limit", type=count, metavar="N", help="at most N events (the first N)"
+    )
+    _formats(show)
+
+    tail = _add(
+        commands,
+        "tail",
+        "Print a session's last events (10 unless -n says otherwise) of the window "
+        "--since/--until; with -f, then follow new commits from any process until Ctrl-C "
+        "or SIGTERM (exit status 0).",
+    )
+    _database(tail)
+    tail.add_argument("session", metavar="ID", help="session id")
+    tail.add_argument(
+        "-n",
+        "--lines",
+        type=_events_to_show,
+        default=10,
+        metavar="N",
+        help="how many of the last events to print (default 10; 'all' for the whole window)",
+    )
+    tail.add_argument("--since", type=seq, default=0, metavar="SEQ", help="window after SEQ")
+    tail.add_argument("--until", type=seq, metavar="SEQ", help="window up to SEQ")
+    tail.add_argument("-f", "--follow", action="store_true", help="then follow new events")
+    _formats(tail)
+
+    export = _add(
+        commands,
+        "export",
+        "Write sessions -- header, events, fork lineage -- to a versioned dump in JSON "
+        "Lines, streamed. Without IDs: every session, internal ones (run checkpoints, "
+        "archives) included. With IDs: those, with their run checkpoints and archives.",
+    )
+    _database(export)
+    export.add_argument("sessions", metavar="ID", nargs="*", help="sessions to export")
+    export.add_argument(
+        "-o", "--output", metavar="FILE", help="write the dump to FILE (default: stdout)"
+    )
+
+    load = _add(
+        commands,
+        "import",
+        "Load a dump into DB (created if missing). Idempotent: a session already there "
+        "with the same content is left alone, one imported in part is completed, one "
+        "that differs is reported as a conflict and not touched (exit status 1).",
+    )
+    _database(load)
+    load.add_argument("dump", metavar="DUMP", help="the dump file ('-': stdin)")
+    _formats(load)
+
+    check = _add(
+        commands,
+        "check",
+        "Check a database read-only: SQLite integrity, format version, every fork's "
+        "stored lineage, the leases held (and by whom), orphaned run checkpoints. Exit "
+        "status 1 if anything is wrong, with what to do.",
+    )
+    _database(check)
+    check.add_argument("--quick", action="store_true", help="skip SQLite's full integrity check")
+    _formats(check)
+
+    backup = _add(
+        commands,
+        "backup",
+        "Copy DB to the new file DEST while writers go on (SQLite's online backup, one "
+        "consistent snapshot), then run `check` on the copy.",
+    )
+    _database(backup)
+    backup.add_argument("dest", metavar="DEST", help="the new file (must not exist)")
+    _formats(backup)
+
+    stats = _add(
+        commands,
+        "stats",
+        "Sessions, events, bytes, WAL size, the largest sessions, and the leases of live writers.",
+    )
+    _database(stats)
+    stats.add_argument(
+        "--top", type=count, default=10, metavar="N", help="largest sessions shown (default 10)"
+    )
+    _formats(stats)
+
+    prune = _add(
+        commands,
+        "prune",
+        "Delete what a retention policy no longer keeps. Never touches a session a live "
+        "writer holds, nor one a fork still borrows events from. --dry-run prints what "
+        "would go.",
+    )
+    _database(prune)
+    prune.add_argument(
+        "--older-than",
+        type=duration,
+        metavar="AGE",
+        help="conversations not updated for AGE (30d, 12h...), with their checkpoints",
+    )
+    prune.add_argument(
+        "--keep-last-runs",
+        type=count,
+        metavar="N",
+        help="keep only the N most recent run checkpoints of each conversation",
+    )
+    prune.add_argument(
+        "--completed-checkpoints",
+        action="store_true",
+        help="checkpoints of completed runs (their entries are in the history)",
+    )
+    prune.add_argument(
+        "--orphaned-checkpoints",
+        action="store_true",
+        help="checkpoints whose conversation no longer exists",
+    )
+    prune.add_argument("--dry-run", action="store_true", help="print what would go; change nothing")
+    _formats(prune)
+
+    delete = _add(commands, "delete", "")
+    _database(delete)
+    delete.add_argument("sessions", metavar="ID", nargs="+", help="sessions to delete")
+    _formats(delete)
+
+    fork = _add(
+        commands,
+        "fork",
+        "Create NEW holding SOURCE's first SEQ events (default: all); independent from "
+        "then on. Refused inside a run whose tool calls have no result yet.",
+    )
+    _database(fork)
+    fork.add_argument("source", metavar="SOURCE", help="the session to fork")
+    fork.add_argument("new", metavar="NEW", help="the new session's id")
+    fork.add_argument("--at", type=seq, metavar="SEQ", help="fork point (default: the head)")
+    fork.add_argument(
+        "--allow-open-run",
+        action="store_true",
+        help="fork even inside a run whose tool calls have no result yet",
+    )
+    _formats(fork)
+
+    rewind = _add(
+        commands,
+        "rewind",
+        "Cut a conversation back to exactly its first N entries, counted in the flat "
+        "history (messages, tool calls, tool results and sidecar entries of every "
+        "completed run, in order -- what `show` prints minus the run markers). A cut that "
+        "would separate a tool call from its result, or leave a tool's sidecar record "
+        "without its call, is refused with the nearest valid N.",
+    )
+    _database(rewind)
+    rewind.add_argument("session", metavar="ID", help="session id")
+    rewind.add_argument(
+        "--keep", type=count, required=True, metavar="N", help="entries kept (see above)"
+    )
+    _formats(rewind)
+
+    return parser

@@ -1,0 +1,158 @@
+"""What the CLI tests share: running ``tidelog`` as a real subprocess, small and large
+databases, and looking at a database's whole state."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import apsw
+
+from runtime import JSON, NewEvent, SqliteStore
+from stores import AppendOp, prepare_events
+
+TIMEOUT = 60  # seconds, for any one subprocess
+
+#: Data that must survive the JSON forms exactly: unicode, floats, nesting, null.
+ODD_DATA: dict[str, JSON] = {
+    "text": 'héllo \u2028 "quoted"\n',
+    "n": 0.1,
+    "big": 2**53,
+    "list": [None, True],
+}
+
+#: Runs ``tidelog ARGS`` and prints its peak memory (``VmHWM``: the peak resident set of
+#: this process image, in KiB -- unlike ``ru_maxrss``, not inherited from the forking
+#: parent) on stderr as its last line.
+MEASURED = (
+    "import atexit, re, sys\n"
+    "from runtime.cli import main\n"
+    "def peak():\n"
+    "    text = open('/proc/self/status').read()\n"
+    "    print('maxrss', re.search(r'VmHWM:\\s+(\\d+)', text).group(1), file=sys.stderr)\n"
+    "atexit.register(peak)\n"
+    "sys.exit(main(sys.argv[1:]))\n"
+)
+
+
+def tidelog(
+    *args: str, cwd: Path, stdin: str | None = None, timeout: float = TIMEOUT
+) -> subprocess.CompletedProcess[str]:
+    """Run ``python -m runtime.cli ARGS`` to completion and capture its output."""
+    return subprocess.run(
+        [sys.executable, "-m", "runtime.cli", *args],
+        cwd=cwd,
+        input=stdin,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+
+
+def make_db(tmp_path: Path, name: str = "app.db") -> Path:
+    """A small database: ``chat`` (3 events, a header), ``notes`` (1 event), ``alt`` (a
+    fork of chat at 2) and an internal session; closed, so no -wal is beside it."""
+    db = tmp_path / name
+    store = SqliteStore(db)
+    try:
+        store.create("chat", header={"user": "ada"})
+        store.append(
+            "chat",
+            [
+                NewEvent("user", {"text": "hi"}, run_id="r1"),
+                NewEvent("assistant", {"text": "hello"}, run_id="r1"),
+            ],
+        )
+        store.append("chat", [NewEvent("odd", ODD_DATA)])
+        store.append("notes", [NewEvent("note", "remember")])
+        store.fork("chat", "alt", at_seq=2)
+        store.append("tidelog/archive/a1", [NewEvent("k", 1)])
+    finally:
+        store.close()
+    return db
+
+
+def big_db(path: Path, events: int, *, session: str = "big", sessions: int = 1) -> Path:
+    """A database with ``sessions`` sessions of ``events`` events each (ids
+    ``session``, ``session-1``...), written fast with the store's own ``write_batch``."""
+    store = SqliteStore(path)
+    try:
+        per_op = 5000
+        payload = prepare_events(
+            [NewEvent("msg", {"i": i, "text": "lorem ipsum " * 8}) for i in range(per_op)]
+        )
+        for n in range(sessions):
+            sid = session if n == 0 else f"{session}-{n}"
+            written = 0
+            while written < events:
+                chunk = tuple(payload[: min(per_op, events - written)])
+                store.write_batch([AppendOp(sid, chunk, expected_head=written)])
+                written += len(chunk)
+    finally:
+        store.close()
+    return path
+
+
+def db_state(db: Path) -> tuple[list[tuple[object, ...]], ...]:
+    """Every table of the database, as stored (read with apsw, read-only, immutable)."""
+    conn = apsw.Connection(
+        f"file:{db}?mode=ro&immutable=1", flags=apsw.SQLITE_OPEN_READONLY | apsw.SQLITE_OPEN_URI
+    )
+    try:
+        return tuple(
+            list(conn.execute(f"SELECT * FROM {table} ORDER BY 1, 2"))
+            for table in ("sessions", "events", "cuts", "leases", "projections", "meta")
+        )
+    finally:
+        conn.close()
+
+
+def files(directory: Path) -> list[str]:
+    """The names in ``directory``, sorted."""
+    return sorted(os.listdir(directory))
+
+
+def tidelog_unprivileged(*args: str) -> tuple[int, str]:
+    """Run ``tidelog ARGS`` in a forked child that gave up root (uid/gid 65534) first, so
+    file permissions apply to it as to any user; its exit status and output (stdout and
+    stderr together). Forked rather than executed: that user may not read this Python's
+    files, so every module the command needs is imported here first."""
+    import importlib
+    import traceback
+
+    from runtime.cli import main
+    from runtime.cli._parsing import COMMANDS, version
+
+    for module, _, _ in COMMANDS.values():
+        importlib.import_module(f"runtime.cli.{module}")
+    version()  # imports what reading the package metadata needs
+    read_end, write_end = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: never returns into pytest
+        code = 99
+        try:
+            os.close(read_end)
+            os.dup2(write_end, 1)
+            os.dup2(write_end, 2)
+            # pytest's capture replaced sys.stdout and sys.stderr: write to the pipe.
+            sys.stdout = open(1, "w", encoding="utf-8", closefd=False)  # noqa: SIM115
+            sys.stderr = open(2, "w", encoding="utf-8", closefd=False)  # noqa: SIM115
+            os.setgroups([])
+            os.setgid(65534)
+            os.setuid(65534)
+            code = main(list(args))
+        except SystemExit as exc:
+            code = exc.code if isinstance(exc.code, int) else 2
+        except BaseException:
+            traceback.print_exc()
+        finally:
+            sys.stdout.flush()
+            sys.stderr.flush()
+            os._exit(code)
+    os.close(write_end)
+    with os.fdopen(read_end) as got:
+        output = got.read()
+    _, status = os.waitpid(pid, 0)
+    return os.waitstatus_to_exitcode(status), output
