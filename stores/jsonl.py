@@ -27,6 +27,7 @@ session another one holds (:class:`~stores.errors.SessionOwnedError` for that op
 from __future__ import annotations
 
 import contextlib
+import math
 import os
 import time
 from collections.abc import Iterator, Sequence
@@ -34,7 +35,13 @@ from contextlib import contextmanager
 from typing import Literal
 
 from ._batching import BatchingStore, check_ops, run_batch
-from ._checks import check_create_args, check_fork_args, check_lease_args, check_session_ids
+from ._checks import (
+    check_create_args,
+    check_fork_args,
+    check_lease_args,
+    check_list_args,
+    check_session_ids,
+)
 from .contract import BatchResult, DeleteOp, Store, TruncateOp, WriteOp
 from .errors import (
     ClosedError,
@@ -47,16 +54,16 @@ from .errors import (
     StoreIOError,
     TidelogError,
 )
-from .jsonl_files import IO, Shared, release_shared, shared_for
-from .jsonl_format import file_stem
+from .jsonl_files import IO, Shared, read_holder, release_shared, shared_for
+from .jsonl_format import file_stem, stem_id
 from .jsonl_group import pending, recover, recover_all
 from .jsonl_index import FileIndex
 from .jsonl_ops import apply_op, check_header_id, fork_session
 from .jsonl_read import Reader
 from .jsonl_root import check_root, open_root
 from .jsonl_write import BatchFailure, Layout, Txn, new_header
-from .leases import lease_is_free
-from .records import JSON, SessionInfo, check_flag, validate_session_id
+from .leases import holder_is_dead, lease_is_free
+from .records import JSON, LeaseInfo, SessionInfo, check_flag, validate_session_id
 
 __all__ = ["JsonlStore", "Synchronous"]
 
@@ -376,6 +383,39 @@ class JsonlStore(Reader, BatchingStore):
             held = shared.locks.get(stem)
             if held is not None and held.owner == owner:
                 shared.unlock(stem)
+
+    def list_leases(self, *, prefix: str | None = None) -> list[LeaseInfo]:
+        """See :meth:`Store.list_leases`. The leases of this process come with their owner
+        token and expiry; another process's lease is its kernel lock on the session's lock
+        file, which names its holder but keeps no token and does not expire while the
+        holder lives: those are listed with an empty ``owner`` and an infinite
+        ``expires``. A lock file naming a process of this host that has exited is not a
+        lease."""
+        check_list_args(None, prefix, None, "id")
+        found: dict[str, LeaseInfo] = {}
+        shared = self._handle("list_leases")
+        with shared.mutex:
+            for stem, held in shared.locks.items():
+                sid = stem_id(stem)
+                if held.owner is not None and sid is not None:
+                    found[sid] = LeaseInfo(sid, held.owner, held.holder, held.expires)
+            try:
+                names = os.listdir(os.path.join(self.root, "locks"))
+            except FileNotFoundError:
+                names = []
+            except OSError as exc:
+                raise StoreIOError(f"list_leases: cannot list the lock files ({exc})") from exc
+            for name in names:
+                stem = name.removesuffix(".lock")
+                sid = stem_id(stem)
+                if sid is None or sid in found or stem in shared.locks:
+                    continue
+                holder = read_holder(shared.lock_path(stem))
+                if holder and not holder_is_dead(holder):
+                    found[sid] = LeaseInfo(sid, "", holder, math.inf)
+        return [
+            info for sid, info in sorted(found.items()) if prefix is None or sid.startswith(prefix)
+        ]
 
     # -- handles -----------------------------------------------------------------------
 

@@ -167,7 +167,7 @@ class Shared:
         held = self.locks.pop(stem, None)
         if held is None:
             return
-        if held.owner is not None:
+        if held.owner is not None or held.holder:  # a lease (or one just dropped) named it
             with contextlib.suppress(OSError):
                 os.ftruncate(held.fd, 0)
         os.close(held.fd)
@@ -188,6 +188,18 @@ def _read_holder(fd: int) -> str:
         return os.pread(fd, 2048, 0).decode("utf-8", "replace").strip()
     except OSError:
         return ""
+
+
+def read_holder(path: str) -> str:
+    """The holder a lock file names ("" when none, or when it cannot be read)."""
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return ""
+    try:
+        return _read_holder(fd)
+    finally:
+        os.close(fd)
 
 
 _REGISTRY: dict[tuple[int, int], Shared] = {}

@@ -224,15 +224,20 @@ def _json_str(text: str) -> str:
 
 
 def encode_batch(
-    events: Sequence[PreparedEvent], first_seq: int, ts: float
+    events: Sequence[PreparedEvent],
+    first_seq: int,
+    ts: float,
+    stamps: Sequence[float] | None = None,
 ) -> tuple[bytes, list[int]]:
-    """The lines of one batch and the byte offset of each line within them."""
+    """The lines of one batch and the byte offset of each line within them. Every event
+    gets the commit time ``ts``, or its own from ``stamps`` (a restore)."""
     stamp = repr(ts)
     lines: list[str] = []
     for i, ev in enumerate(events):
         run = "" if ev.run_id is None else f',"run_id":{_json_str(ev.run_id)}'
+        when = stamp if stamps is None else repr(float(stamps[i]))
         lines.append(
-            f'{{"seq":{first_seq + i},"ts":{stamp},"kind":{_json_str(ev.kind)}{run},'
+            f'{{"seq":{first_seq + i},"ts":{when},"kind":{_json_str(ev.kind)}{run},'
             f'"data":{ev.data_json}'
         )
     body = "}\n".join(lines).encode("utf-8")

@@ -16,8 +16,8 @@ import attrs
 
 from ._batching import StoredTail, check_replace, resent_tail
 from ._checks import check_fork, fork_header
-from .contract import AppendOp, DeleteOp, GroupOp, ReplaceOp, TruncateOp, WriteOp
-from .errors import OwnershipLostError, StoreCorruptError, TidelogError
+from .contract import AppendOp, DeleteOp, GroupOp, ReplaceOp, RestoreOp, TruncateOp, WriteOp
+from .errors import ConflictError, OwnershipLostError, StoreCorruptError, TidelogError
 from .jsonl_format import Header, encode_batch, file_stem
 from .jsonl_group import begin_group, step
 from .jsonl_index import FileIndex, read_exact
@@ -42,7 +42,7 @@ def apply_op(layout: Layout, txn: Txn, op: WriteOp, now: float) -> int:
 def _apply(layout: Layout, txn: Txn, op: WriteOp, now: float) -> int:
     if isinstance(op, GroupOp):
         return _apply_group(layout, txn, op, now)
-    if op.owner is not None:
+    if not isinstance(op, RestoreOp) and op.owner is not None:
         held = txn.shared.locks.get(_stem(op.session_id))
         if held is None or held.owner != op.owner:
             raise OwnershipLostError(op.session_id)
@@ -50,6 +50,8 @@ def _apply(layout: Layout, txn: Txn, op: WriteOp, now: float) -> int:
     if index is not None:
         index.check()
     head = 0 if index is None else index.head
+    if isinstance(op, RestoreOp):
+        return _restore(txn, op, stem, index, head, now)
     if isinstance(op, AppendOp):
         events = op.events
         if op.expected_head is not None and op.expected_head != head:
@@ -87,6 +89,26 @@ def _apply(layout: Layout, txn: Txn, op: WriteOp, now: float) -> int:
         txn.on_commit(_unlinker(layout.base(name)))
     txn.on_commit(_unlinker(os.path.join(layout.projections, f"{stem}.json")))
     return 1
+
+
+def _restore(
+    txn: Txn, op: RestoreOp, stem: str, index: FileIndex | None, head: int, now: float
+) -> int:
+    """A RestoreOp: the events with their recorded times, after ``expected_head``; a new
+    session gets the recorded header, creation time, update time and parent (informational:
+    its events are its own)."""
+    if op.expected_head != head:
+        raise ConflictError(op.session_id, op.expected_head, head)
+    if index is None:
+        header = attrs.evolve(
+            new_header(op.session_id, op.header_json, op.created_at, parent=op.parent),
+            updated_at=op.updated_at,
+        )
+        txn.create(stem, header, op.events, now, op.stamps)
+        return len(op.events)
+    if not op.events:
+        return head
+    return txn.append(index, op.events, now, op.stamps)
 
 
 def _apply_group(layout: Layout, txn: Txn, op: GroupOp, now: float) -> int:

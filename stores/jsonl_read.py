@@ -16,8 +16,14 @@ import threading
 from contextlib import AbstractContextManager
 from typing import Any
 
-from ._checks import check_pin_arg, check_projection_args, check_read_args, check_text
-from .contract import Pin
+from ._checks import (
+    check_list_args,
+    check_pin_arg,
+    check_projection_args,
+    check_read_args,
+    check_text,
+)
+from .contract import ListOrder, Pin
 from .errors import (
     ClosedError,
     SnapshotExpiredError,
@@ -30,7 +36,7 @@ from .jsonl_format import file_stem, stem_id
 from .jsonl_index import FileIndex
 from .jsonl_ops import check_header_id, pieces
 from .jsonl_write import Layout
-from .records import SessionInfo, StoredEvent, check_count, validate_session_id
+from .records import SessionInfo, StoredEvent, validate_session_id
 
 __all__ = ["Reader"]
 
@@ -220,9 +226,17 @@ class Reader:
                 found.append(span)
         return (found[0][0], found[-1][1]) if found else None
 
-    def list_sessions(self, *, limit: int | None = None) -> list[SessionInfo]:
-        """See :meth:`Store.list_sessions`: every file of ``sessions/``."""
-        check_count(limit, "limit")
+    def list_sessions(
+        self,
+        *,
+        limit: int | None = None,
+        prefix: str | None = None,
+        after: str | None = None,
+        order: ListOrder = "id",
+    ) -> list[SessionInfo]:
+        """See :meth:`Store.list_sessions`: the files of ``sessions/`` (the id is read back
+        from each file's name, or its header for a long one)."""
+        check_list_args(limit, prefix, after, order)
         with self._reading("list_sessions"):
             try:
                 names = os.listdir(self._layout.sessions)
@@ -233,10 +247,16 @@ class Reader:
                 if not name.endswith(".jsonl"):
                     continue
                 stem = name[: -len(".jsonl")]
-                view = self._view(stem_id(stem) or "", stem)
-                if view is not None:
+                known = stem_id(stem)
+                if known is not None and not _wanted(known, prefix, after):
+                    continue  # filtered by its name alone: the file is not opened
+                view = self._view(known or "", stem)
+                if view is not None and _wanted(view.header.id, prefix, after):
                     infos.append(self._info(view.header.id, view))
-        infos.sort(key=lambda i: (-i.updated_at, i.id))
+        if order == "id":
+            infos.sort(key=lambda i: i.id)
+        else:
+            infos.sort(key=lambda i: (-i.updated_at, i.id))
         return infos if limit is None else infos[:limit]
 
     def check_integrity(self) -> tuple[bool, str]:
@@ -366,3 +386,10 @@ class _Reading:
 
     def __exit__(self, *exc: object) -> None:
         self._reader._reader_lock.release()
+
+
+def _wanted(session_id: str, prefix: str | None, after: str | None) -> bool:
+    """Does a listing with ``prefix`` and cursor ``after`` include ``session_id``?"""
+    return (prefix is None or session_id.startswith(prefix)) and (
+        after is None or session_id > after
+    )

@@ -238,10 +238,17 @@ class Txn:
         except (StoreBusyError, StoreIOError) as error:  # retrying may help: the batch fails
             raise BatchFailure(error) from error
 
-    def append(self, index: FileIndex, events: tuple[PreparedEvent, ...], now: float) -> int:
-        """Append one batch at the end of the session's file; the new head."""
+    def append(
+        self,
+        index: FileIndex,
+        events: tuple[PreparedEvent, ...],
+        now: float,
+        stamps: tuple[float, ...] | None = None,
+    ) -> int:
+        """Append one batch at the end of the session's file; the new head. ``stamps``:
+        each event's own commit time (a restore) instead of ``now``."""
         first = index.head + 1
-        data, offsets = encode_batch(events, first, now)
+        data, offsets = encode_batch(events, first, now, stamps)
         start = index.end
         state = (
             index.end,
@@ -273,18 +280,23 @@ class Txn:
                 IO.truncate(index.fd, start)
             raise
         self._undo.append(undo)
-        index.appended(start, len(data), offsets, first, runs, now)
+        index.appended(start, len(data), offsets, first, runs, now if not stamps else stamps[-1])
         self._written[index.path] = index.fd
         self.changed = True
         return index.head
 
     def create(
-        self, stem: str, header: Header, events: tuple[PreparedEvent, ...], now: float
+        self,
+        stem: str,
+        header: Header,
+        events: tuple[PreparedEvent, ...],
+        now: float,
+        stamps: tuple[float, ...] | None = None,
     ) -> FileIndex:
         """Publish a new session file (header and first batch) without overwriting."""
         data = encode_header(header)
         if events:
-            data += encode_batch(events, header.base_seq + 1, now)[0]
+            data += encode_batch(events, header.base_seq + 1, now, stamps)[0]
         path = self.layout.session(stem)
         publish(self.layout.tmp, path, data, replace=False)
         self._undo.append(lambda: os.unlink(path))

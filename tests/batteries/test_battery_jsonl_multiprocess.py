@@ -107,9 +107,9 @@ async def one_round(
                 stale.proc.send_signal(signal.SIGCONT)
                 await trio.sleep(max(0.0, ROUND_SECONDS - (time.monotonic() - start)))
                 stopfile.touch()
-            for child in children[1:]:
-                assert child.proc.returncode == 0, child.describe()
-                assert "Traceback" not in child.stderr(), child.describe()
+                with trio.fail_after(30):
+                    for child in children[1:]:
+                        await child.finish()  # exits 0 with a clean stderr
             store = JsonlStore(root, read_only=True)
             try:
                 logs = {s: store.read(s) for s in SESSIONS}
