@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pathlib
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from contextlib import AbstractAsyncContextManager
 from typing import TYPE_CHECKING
 
@@ -13,6 +13,16 @@ if TYPE_CHECKING:  # the runtime is imported by the fixtures that use it, not by
     from helpers import RuntimeFactory
 
     from runtime import Runtime
+
+
+@pytest.fixture
+def pg_schema() -> Iterator[tuple[str, str]]:
+    """``(dsn, schema)``: a PostgreSQL schema of this test's own, dropped afterwards
+    (skips without a server, unless ``TIDELOG_REQUIRE_PG=1``; see ``tests/pgtest.py``)."""
+    from pgtest import fresh_schema
+
+    with fresh_schema() as found:
+        yield found
 
 
 @pytest.fixture(params=["memory", "sqlite"])

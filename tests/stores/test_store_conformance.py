@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import pathlib
 
+import pytest
+
 from stores import MemoryStore, SqliteStore, Store
 from stores.conformance import DurableStoreConformance, StoreConformance
 
@@ -24,3 +26,23 @@ class TestSqliteStore(DurableStoreConformance):
     def reopen_store(self, store: Store, tmp_path: pathlib.Path) -> Store | None:
         store.close()
         return SqliteStore(tmp_path / "store.db")
+
+
+class TestPostgresStore(DurableStoreConformance):
+    """The PostgreSQL (psycopg) backend, each test in a schema of its own."""
+
+    @pytest.fixture(autouse=True)
+    def _schema(self, pg_schema: tuple[str, str]) -> None:
+        self._dsn, self._schema_name = pg_schema
+
+    def _open(self) -> Store:
+        from stores.postgres import PostgresStore
+
+        return PostgresStore(self._dsn, schema=self._schema_name)
+
+    def make_store(self, tmp_path: pathlib.Path) -> Store:
+        return self._open()
+
+    def reopen_store(self, store: Store, tmp_path: pathlib.Path) -> Store | None:
+        store.close()
+        return self._open()
