@@ -171,6 +171,14 @@ class PostgresStore(BatchingStore):
 
     # -- plumbing ----------------------------------------------------------------------
 
+    @property
+    def backend_pid(self) -> int | None:
+        """The PostgreSQL server process of this handle's connection (what
+        ``pg_stat_activity`` and ``pg_terminate_backend`` name), ``None`` while it has
+        none (closed, or dropped and not yet reopened)."""
+        with self._lock:
+            return self._link.backend_pid
+
     @contextmanager
     def _connection(self, what: str, *, write: bool = False) -> Iterator[Conn]:
         """Lock the handle and translate driver errors for one operation; a write is

@@ -241,6 +241,11 @@ class Link:
         """True while the current connection is usable (no reconnect needed)."""
         return self._conn is not None and not self._conn.closed and not self._conn.broken
 
+    @property
+    def backend_pid(self) -> int | None:
+        """The server process serving the current connection (``None``: not connected)."""
+        return self._conn.info.backend_pid if self.alive and self._conn is not None else None
+
     def connection(self) -> psycopg.Connection[Any]:
         """The connection, (re)opened if needed. Raises psycopg errors (the caller's
         :func:`map_errors` translates them)."""

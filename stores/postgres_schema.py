@@ -184,10 +184,10 @@ def open_store_schema(conn: psycopg.Connection[Any], schema: str, *, read_only: 
             never creates one).
     """
     try:
-        row = conn.execute(f"SELECT application, version FROM {schema}.tidelog_format").fetchone()
+        rows = conn.execute(f"SELECT application, version FROM {schema}.tidelog_format").fetchall()
     except (psycopg.errors.UndefinedTable, psycopg.errors.InvalidSchemaName):
-        row = None
-    if row == (APPLICATION, SCHEMA_VERSION):
+        rows = []
+    if rows == [(APPLICATION, SCHEMA_VERSION)]:
         return  # the usual case: one query
     version = _inspect(conn, schema)
     if read_only:
