@@ -64,7 +64,7 @@ def _unlock_quietly(conn: Conn, keys: list[int]) -> None:
     the server released them already)."""
     with contextlib.suppress(psycopg.Error):
         if not conn.broken:
-            conn.execute("SELECT pg_advisory_unlock(k) FROM unnest(%s::bigint[]) AS k", (keys,))
+            conn.execute("SELECT pg_advisory_unlock(k) FROM unnest(%b::bigint[]) AS k", (keys,))
 
 
 def acquire_lease(
@@ -123,16 +123,16 @@ def acquire_lease(
 
 
 _RENEW = (
-    "WITH x AS (SELECT id FROM leases WHERE id = ANY(%(ids)s::text[]) AND owner = %(owner)s"
+    "WITH x AS (SELECT id FROM leases WHERE id = ANY(%(ids)b::text[]) AND owner = %(owner)s"
     " ORDER BY id FOR UPDATE)"
     f" UPDATE leases AS l SET expires = {NOW} + %(ttl)s FROM x WHERE l.id = x.id"
     " RETURNING l.id"
 )
 _RELOCK = (
-    "WITH got AS (SELECT k.id FROM unnest(%(ids)s::text[], %(keys)s::bigint[]) AS k(id, key)"
+    "WITH got AS (SELECT k.id FROM unnest(%(ids)b::text[], %(keys)b::bigint[]) AS k(id, key)"
     " WHERE pg_try_advisory_lock(k.key))"
     " UPDATE leases SET locked = id IN (SELECT id FROM got)"
-    " WHERE id = ANY(%(ids)s::text[]) AND owner = %(owner)s RETURNING id, locked"
+    " WHERE id = ANY(%(ids)b::text[]) AND owner = %(owner)s RETURNING id, locked"
 )
 
 
