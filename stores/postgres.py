@@ -85,8 +85,11 @@ def _plain_appends(ops: Sequence[WriteOp]) -> TypeGuard[Sequence[AppendOp]]:
     return len({op.session_id for op in ops}) == len(ops)
 
 
-#: Makes the current transaction's commit wait for its WAL flush (a flush barrier).
-_DURABLE_COMMIT = "set_config('synchronous_commit', 'on', true)"
+#: A flush barrier with nothing else to write: a transactional WAL record (a logical
+#: message, ignored by everything but logical decoding) committed synchronously.
+#: PostgreSQL flushes the WAL at commit only for a transaction that wrote some: one with
+#: only a transaction id would not wait.
+_BARRIER = "pg_logical_emit_message(true, 'tidelog', 'flush')"
 
 
 class PostgresStore(BatchingStore):
@@ -212,8 +215,8 @@ class PostgresStore(BatchingStore):
     def _batch(self, conn: Conn, ops: Sequence[WriteOp], sync: bool) -> Iterator[pgops.Tx]:
         """The transaction of a general batch (see :func:`run_batch`)."""
         with conn.transaction():
-            if sync:
-                conn.execute("SET LOCAL synchronous_commit = on")
+            if sync:  # flushed even if every op fails
+                conn.execute(f"SELECT {_BARRIER}, set_config('synchronous_commit', 'on', true)")
             tx = pgops.Tx(conn, pgops.prelock(conn, pgops.batch_ids(ops)))
             yield tx
             pgops.notify(conn, self.channel, tx.heads)
@@ -243,8 +246,8 @@ class PostgresStore(BatchingStore):
             if not writes and not (barrier and self._unsynced):
                 # Nothing to write and nothing to make durable: checks only.
                 return pgops.check_ops_only(conn, ops) if ops else []
-            if not ops:  # a flush barrier: a transaction id makes the commit flush the WAL
-                one(conn, "SELECT pg_current_xact_id(), " + _DURABLE_COMMIT)
+            if not ops:  # a flush barrier only
+                one(conn, f"SELECT {_BARRIER}, set_config('synchronous_commit', 'on', true)")
                 results: list[BatchResult] | None = []
             elif _plain_appends(ops):
                 results = self._append_many(conn, ops, barrier)

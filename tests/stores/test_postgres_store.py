@@ -20,6 +20,7 @@ import psycopg
 
 from stores import (
     AppendOp,
+    ConflictError,
     InvalidArgumentError,
     InvalidEventError,
     NewEvent,
@@ -27,6 +28,7 @@ from stores import (
     StoreBusyError,
     StoreError,
     StoreIOError,
+    TruncateOp,
     UnsupportedFormatError,
     prepare_events,
 )
@@ -492,3 +494,35 @@ def test_nul_in_projection_state_is_invalid_argument(open_store: Opener) -> None
     with pytest.raises(InvalidArgumentError):
         store.save_projection(pin, "p", 1, "a\x00b")
     assert store.load_projection("s", "p", 1) is None
+
+
+# -- durability ------------------------------------------------------------------------------
+
+
+def _lsn(conn: psycopg.Connection[Any], what: str) -> int:
+    row = conn.execute(f"SELECT pg_{what}_lsn() - '0/0'").fetchone()
+    assert row is not None
+    return int(row[0])
+
+
+@pytest.mark.parametrize("barrier", ["sync", "write_batch", "failing_batch", "full"])
+def test_flush_barrier_makes_earlier_commits_durable(
+    open_store: Opener, raw: psycopg.Connection[Any], barrier: str
+) -> None:
+    """When a flush barrier returns (sync(), write_batch(sync=True) -- even one whose ops
+    all fail -- or any commit with synchronous="full"), the WAL is flushed past every
+    earlier commit."""
+    store = open_store(synchronous="full" if barrier == "full" else "normal")
+    for round_ in range(20):
+        store.append("s", evs(3))
+        written = _lsn(raw, "current_wal_insert")
+        if barrier == "sync":
+            store.sync()
+        elif barrier == "write_batch":
+            store.write_batch([op(f"t{round_}", 1)], sync=True)
+        elif barrier == "failing_batch":
+            stale = store.write_batch([op("s", 1, expected_head=0), TruncateOp("s", 0)], sync=True)
+            assert isinstance(stale[0], ConflictError) and stale[1] is stale[0]
+        else:
+            store.append("s", evs(1))
+        assert _lsn(raw, "current_wal_flush") >= written
