@@ -27,6 +27,7 @@ from it (:meth:`PostgresStore.listen`). ``notify=False`` turns that off.
 from __future__ import annotations
 
 import threading
+import urllib.parse
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any, TypeGuard
@@ -48,7 +49,7 @@ from ._checks import (
     check_text,
 )
 from .contract import AppendOp, BatchResult, Pin, Store, WriteOp
-from .errors import ClosedError, ReadOnlyError
+from .errors import ClosedError, InvalidArgumentError, ReadOnlyError
 from .postgres_base import (
     Link,
     PgOptions,
@@ -60,6 +61,7 @@ from .postgres_base import (
     one,
 )
 from .postgres_lineage import check_cut, find_run, fork_session, read_window
+from .postgres_listen import PgListener
 from .postgres_schema import open_store_schema
 from .records import (
     JSON,
@@ -76,6 +78,23 @@ from .records import (
 __all__ = ["PostgresStore"]
 
 Conn = psycopg.Connection[Any]
+
+
+def split_url(url: str) -> tuple[str, str | None]:
+    """Split tidelog's ``schema`` query parameter off a PostgreSQL URL: ``(the URL for
+    libpq, the schema or None)``. Raises :class:`InvalidArgumentError` for a URL that is
+    not a ``str`` or names the schema twice."""
+    if not isinstance(url, str):
+        raise InvalidArgumentError(f"url must be a str, not {type(url).__name__}")
+    base, _, text = url.partition("?")
+    query = urllib.parse.parse_qsl(text, keep_blank_values=True)
+    schemas = [value for key, value in query if key == "schema"]
+    if len(schemas) > 1:
+        raise InvalidArgumentError("the URL names its schema more than once")
+    if not schemas:
+        return url, None
+    rest = urllib.parse.urlencode([(key, value) for key, value in query if key != "schema"])
+    return (f"{base}?{rest}" if rest else base), schemas[0]
 
 
 def _plain_appends(ops: Sequence[WriteOp]) -> TypeGuard[Sequence[AppendOp]]:
@@ -171,6 +190,19 @@ class PostgresStore(BatchingStore):
         except BaseException:
             self._link.close()
             raise
+
+    @classmethod
+    def from_url(cls, url: str, **options: Any) -> PostgresStore:
+        """Open the store a ``postgresql://`` (or ``postgres://``) URL names, with
+        ``options`` as the constructor's. A ``schema`` query parameter, tidelog's own,
+        chooses the schema (``postgresql://host/db?schema=agents``); every other part of
+        the URL goes to libpq as is."""
+        dsn, schema = split_url(url)
+        if schema is not None:
+            if "schema" in options:
+                raise InvalidArgumentError("schema is given twice (in the URL and as an option)")
+            options["schema"] = schema
+        return cls(dsn, **options)
 
     # -- plumbing ----------------------------------------------------------------------
 
@@ -444,6 +476,17 @@ class PostgresStore(BatchingStore):
         elsewhere on the server (a spurious change only costs a re-read)."""
         with self._connection("data_version") as conn:
             return int(one(conn, "SELECT hashtextextended(pg_current_snapshot()::text, 0)")[0])
+
+    def listen(self) -> PgListener:
+        """A feed of this store's change notifications -- every commit of any handle, on
+        any host, that moved a head -- on a connection of its own (see
+        :class:`~stores.postgres_listen.PgListener`). The runtime's change hub wakes tails
+        with it. Raises :class:`~stores.errors.StoreIOError` if the server cannot be
+        reached now."""
+        with self._connection("listen"):
+            pass
+        with map_errors("listen"):
+            return PgListener(self.options, channel_name(self.schema))
 
     def checkpoint_wal(self) -> int:
         """See :meth:`Store.checkpoint_wal`: nothing to do, PostgreSQL checkpoints its own

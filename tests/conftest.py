@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import pathlib
 from collections.abc import AsyncIterator, Iterator
 from contextlib import AbstractAsyncContextManager
@@ -25,25 +26,31 @@ def pg_schema() -> Iterator[tuple[str, str]]:
         yield found
 
 
-@pytest.fixture(params=["memory", "sqlite"])
+@pytest.fixture(params=["memory", "sqlite", "postgres"])
 def backend(request: pytest.FixtureRequest, tmp_path: pathlib.Path) -> str:
     """Run the test once per backend."""
     return str(request.param)
 
 
 @pytest.fixture
-def make_runtime(backend: str, tmp_path: pathlib.Path) -> RuntimeFactory:
-    """A factory of runtimes on the selected backend (one shared store per test)."""
+def make_runtime(backend: str, tmp_path: pathlib.Path) -> Iterator[RuntimeFactory]:
+    """A factory of runtimes on the selected backend (one shared store per test): a
+    MemoryStore, a SQLite file, or a PostgreSQL schema of the test's own (opened by URL)."""
     from runtime import MemoryStore, open_runtime
 
     memory = MemoryStore()
+    with contextlib.ExitStack() as stack:
+        if backend == "postgres":
+            from pgtest import fresh_schema, url_of
 
-    def factory(**options: object) -> AbstractAsyncContextManager[Runtime]:
-        if backend == "memory":
-            return open_runtime(memory, **options)  # type: ignore[arg-type]
-        return open_runtime(tmp_path / "rt.db", **options)  # type: ignore[arg-type]
+            target: object = url_of(*stack.enter_context(fresh_schema()))
+        else:
+            target = memory if backend == "memory" else tmp_path / "rt.db"
 
-    return factory
+        def factory(**options: object) -> AbstractAsyncContextManager[Runtime]:
+            return open_runtime(target, **options)  # type: ignore[arg-type]
+
+        yield factory
 
 
 @pytest.fixture

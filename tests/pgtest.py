@@ -14,12 +14,22 @@ from __future__ import annotations
 
 import contextlib
 import os
+import urllib.parse
 import uuid
 from collections.abc import Iterator
 
 import pytest
 
-__all__ = ["DEFAULT_DSN", "drop_schema", "new_schema", "pg_required", "require_pg", "test_dsn"]
+__all__ = [
+    "DEFAULT_DSN",
+    "drop_schema",
+    "fresh_schema",
+    "new_schema",
+    "pg_required",
+    "require_pg",
+    "test_dsn",
+    "url_of",
+]
 
 DEFAULT_DSN = "dbname=test"
 
@@ -92,3 +102,13 @@ def fresh_schema() -> Iterator[tuple[str, str]]:
         yield dsn, schema
     finally:
         drop_schema(dsn, schema)
+
+
+def url_of(dsn: str, schema: str) -> str:
+    """A ``postgresql://`` URL for ``open_runtime`` naming the server of ``dsn`` (any
+    libpq form) and the store's ``schema``."""
+    from psycopg.conninfo import conninfo_to_dict
+
+    params = {key: str(value) for key, value in conninfo_to_dict(dsn).items()}
+    params["schema"] = schema
+    return "postgresql://?" + urllib.parse.urlencode(params)
