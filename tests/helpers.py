@@ -8,6 +8,7 @@ from contextlib import AbstractAsyncContextManager
 from pathlib import Path
 
 import apsw
+import pytest
 
 from runtime import MemoryStore, Runtime
 from stores import BatchResult, StoreIOError, WriteOp
@@ -68,3 +69,16 @@ def all_threads_stopped(pid: int) -> bool:
             if stat.read_text().rsplit(")", 1)[1].split()[0] not in ("T", "t"):
                 return False
     return True
+
+
+def runtime_target(kind: str, tmp_path: Path, request: pytest.FixtureRequest) -> object:
+    """What ``open_runtime`` takes for a backend ``kind``: ``"memory"`` a new MemoryStore,
+    ``"sqlite"`` a file under ``tmp_path``, ``"postgres"`` the URL of a PostgreSQL schema
+    of the test's own (the ``pg_schema`` fixture: skipped without a server)."""
+    if kind == "memory":
+        return MemoryStore()
+    if kind == "sqlite":
+        return tmp_path / "rt.db"
+    from pgtest import url_of
+
+    return url_of(*request.getfixturevalue("pg_schema"))

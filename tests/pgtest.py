@@ -25,6 +25,7 @@ __all__ = [
     "drop_schema",
     "fresh_schema",
     "new_schema",
+    "optional_pg",
     "pg_required",
     "require_pg",
     "test_dsn",
@@ -77,6 +78,15 @@ def require_pg() -> str:
             pytest.fail(f"TIDELOG_REQUIRE_PG=1 but {reason}", pytrace=False)
         pytest.skip(reason)
     return dsn
+
+
+def optional_pg() -> str | None:
+    """The test server's DSN, or ``None`` if there is none -- for a test that runs on
+    PostgreSQL *as well*, not only (fails instead under ``TIDELOG_REQUIRE_PG=1``)."""
+    try:
+        return require_pg()
+    except pytest.skip.Exception:
+        return None
 
 
 def new_schema() -> str:

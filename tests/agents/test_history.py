@@ -8,10 +8,10 @@ from collections.abc import AsyncIterator
 
 import pytest
 import trio
+from helpers import runtime_target
 
 from runtime import (
     InvalidArgumentError,
-    MemoryStore,
     Runtime,
     SnapshotExpiredError,
     open_runtime,
@@ -32,7 +32,7 @@ from runtime.agents import (
 )
 
 
-@pytest.fixture(params=["memory", "runtime-memory", "runtime-sqlite"])
+@pytest.fixture(params=["memory", "runtime-memory", "runtime-sqlite", "runtime-postgres"])
 async def setup(
     request: pytest.FixtureRequest, tmp_path: pathlib.Path
 ) -> AsyncIterator[tuple[MemoryHistory | RuntimeHistory, Checkpointer, Runtime | None]]:
@@ -41,7 +41,7 @@ async def setup(
         cp = MemoryCheckpointer()
         yield MemoryHistory(checkpointer=cp), cp, None
         return
-    target = MemoryStore() if request.param == "runtime-memory" else tmp_path / "h.db"
+    target = runtime_target(request.param.removeprefix("runtime-"), tmp_path, request)
     async with open_runtime(target) as rt:  # type: ignore[arg-type]
         yield history(rt), checkpoints(rt), rt
 

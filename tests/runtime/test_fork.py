@@ -6,9 +6,9 @@ import pathlib
 from collections.abc import AsyncIterator
 
 import pytest
+from helpers import runtime_target
 
 from runtime import (
-    MemoryStore,
     NewEvent,
     Runtime,
     SessionExistsError,
@@ -18,9 +18,9 @@ from runtime import (
 )
 
 
-@pytest.fixture(params=["memory", "sqlite"])
+@pytest.fixture(params=["memory", "sqlite", "postgres"])
 async def rt(request: pytest.FixtureRequest, tmp_path: pathlib.Path) -> AsyncIterator[Runtime]:
-    target = MemoryStore() if request.param == "memory" else tmp_path / "f.db"
+    target = runtime_target(request.param, tmp_path, request)
     async with open_runtime(target) as runtime:  # type: ignore[arg-type]
         yield runtime
 
