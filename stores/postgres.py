@@ -27,10 +27,9 @@ from it (:meth:`PostgresStore.listen`). ``notify=False`` turns that off.
 from __future__ import annotations
 
 import threading
-import urllib.parse
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
-from typing import Any, TypeGuard
+from typing import Any, TypeVar
 
 import attrs
 import psycopg
@@ -49,7 +48,7 @@ from ._checks import (
     check_text,
 )
 from .contract import AppendOp, BatchResult, Pin, Store, WriteOp
-from .errors import ClosedError, InvalidArgumentError, ReadOnlyError
+from .errors import ClosedError, InvalidArgumentError, ReadOnlyError, StoreIOError
 from .postgres_base import (
     Link,
     PgOptions,
@@ -59,6 +58,9 @@ from .postgres_base import (
     describe_dsn,
     map_errors,
     one,
+    row_of,
+    rows_of,
+    split_url,
 )
 from .postgres_lineage import check_cut, find_run, fork_session, read_window
 from .postgres_listen import PgListener
@@ -78,30 +80,7 @@ from .records import (
 __all__ = ["PostgresStore"]
 
 Conn = psycopg.Connection[Any]
-
-
-def split_url(url: str) -> tuple[str, str | None]:
-    """Split tidelog's ``schema`` query parameter off a PostgreSQL URL: ``(the URL for
-    libpq, the schema or None)``. Raises :class:`InvalidArgumentError` for a URL that is
-    not a ``str`` or names the schema twice."""
-    if not isinstance(url, str):
-        raise InvalidArgumentError(f"url must be a str, not {type(url).__name__}")
-    base, _, text = url.partition("?")
-    query = urllib.parse.parse_qsl(text, keep_blank_values=True)
-    schemas = [value for key, value in query if key == "schema"]
-    if len(schemas) > 1:
-        raise InvalidArgumentError("the URL names its schema more than once")
-    if not schemas:
-        return url, None
-    rest = urllib.parse.urlencode([(key, value) for key, value in query if key != "schema"])
-    return (f"{base}?{rest}" if rest else base), schemas[0]
-
-
-def _plain_appends(ops: Sequence[WriteOp]) -> TypeGuard[Sequence[AppendOp]]:
-    """True for a batch of appends to distinct sessions (the one-statement path)."""
-    if not all(type(op) is AppendOp for op in ops):
-        return False
-    return len({op.session_id for op in ops}) == len(ops)
+T = TypeVar("T")
 
 
 #: A flush barrier with nothing else to write: a transactional WAL record (a logical
@@ -233,6 +212,21 @@ class PostgresStore(BatchingStore):
                     self._advisory.clear()
                 yield conn
 
+    def _read(self, what: str, query: Callable[..., T], *args: Any) -> T:
+        """Run the read ``query(conn, *args)`` -- once more on a new connection if the
+        server had dropped this one (a restart, ``pg_terminate_backend``): a read has
+        nothing to undo, so a reader never sees a dropped connection that is back. A
+        write is never repeated here (its outcome may be unknown: the caller decides)."""
+        with self._lock:
+            try:
+                with self._connection(what) as conn:
+                    return query(conn, *args)
+            except StoreIOError:
+                if self._closed or self._link.alive:
+                    raise
+            with self._connection(what) as conn:
+                return query(conn, *args)
+
     @contextmanager
     def _write(self, what: str, session_ids: Sequence[str]) -> Iterator[pgops.Tx]:
         """One write transaction: the lease and session rows of ``session_ids`` locked
@@ -281,7 +275,7 @@ class PostgresStore(BatchingStore):
             if not ops:  # a flush barrier only
                 one(conn, f"SELECT {_BARRIER}, set_config('synchronous_commit', 'on', true)")
                 results: list[BatchResult] | None = []
-            elif _plain_appends(ops):
+            elif pgops.plain_appends(ops):
                 results = self._append_many(conn, ops, barrier)
             else:
                 results = None
@@ -356,52 +350,46 @@ class PostgresStore(BatchingStore):
         validate_session_id(session_id)
         bound = check_read_args(since_seq, until_seq, limit, pin, from_end)
         until = MAX_SEQ if bound is None else bound
-        with self._connection("read") as conn:
-            rows = read_window(conn, session_id, since_seq, until, limit, from_end, pin)
+        rows = self._read("read", read_window, session_id, since_seq, until, limit, from_end, pin)
         return events_from_rows(session_id, rows)
 
     def head(self, session_id: str) -> int:
         """See :meth:`Store.head`."""
         validate_session_id(session_id)
-        with self._connection("head") as conn:
-            row = conn.execute("SELECT head FROM sessions WHERE id = %s", (session_id,)).fetchone()
+        row = self._read("head", row_of, "SELECT head FROM sessions WHERE id = %s", session_id)
         return 0 if row is None else int(row[0])
 
     def stat(self, session_id: str) -> SessionInfo | None:
         """See :meth:`Store.stat`."""
         validate_session_id(session_id)
-        with self._connection("stat") as conn:
-            row = conn.execute(
-                f"SELECT {pgops.INFO_COLUMNS} FROM sessions WHERE id = %s",
-                (session_id,),
-            ).fetchone()
+        sql = f"SELECT {pgops.INFO_COLUMNS} FROM sessions WHERE id = %s"
+        row = self._read("stat", row_of, sql, session_id)
         return None if row is None else pgops.session_info(row)
 
     def pin(self, session_id: str) -> Pin | None:
         """See :meth:`Store.pin`."""
         validate_session_id(session_id)
-        with self._connection("pin") as conn:
-            row = conn.execute(
-                "SELECT sid, head, epoch FROM sessions WHERE id = %s", (session_id,)
-            ).fetchone()
+        sql = "SELECT sid, head, epoch FROM sessions WHERE id = %s"
+        row = self._read("pin", row_of, sql, session_id)
         return None if row is None else Pin(session_id, int(row[1]), int(row[0]), int(row[2]))
 
     def find_run(self, session_id: str, run_id: str) -> tuple[int, int] | None:
         """See :meth:`Store.find_run` (served by the ``events_by_run`` index)."""
         validate_session_id(session_id)
         check_text(run_id, "run_id")
-        with self._connection("find_run") as conn:
-            return find_run(conn, session_id, run_id)
+        return self._read("find_run", find_run, session_id, run_id)
 
     def refresh_pin(self, pin: Pin) -> Pin:
         """See :meth:`Store.refresh_pin`: one statement (one snapshot)."""
         check_pin_arg(pin)
-        with self._connection("refresh_pin") as conn:
-            row = conn.execute(
-                "SELECT s.sid, s.head, s.epoch, (SELECT min(to_seq) FROM cuts AS c"
-                " WHERE c.sid = s.sid AND c.epoch > %s) FROM sessions AS s WHERE s.id = %s",
-                (pin.epoch, pin.session_id),
-            ).fetchone()
+        row = self._read(
+            "refresh_pin",
+            row_of,
+            "SELECT s.sid, s.head, s.epoch, (SELECT min(to_seq) FROM cuts AS c"
+            " WHERE c.sid = s.sid AND c.epoch > %s) FROM sessions AS s WHERE s.id = %s",
+            pin.epoch,
+            pin.session_id,
+        )
         sid, head, epoch, cut = (None, 0, 0, None) if row is None else row
         check_cut(pin.session_id, pin, sid, cut)
         return Pin(pin.session_id, int(head), pin.incarnation, int(epoch))
@@ -409,11 +397,8 @@ class PostgresStore(BatchingStore):
     def list_sessions(self, *, limit: int | None = None) -> list[SessionInfo]:
         """See :meth:`Store.list_sessions`."""
         check_count(limit, "limit")
-        with self._connection("list_sessions") as conn:
-            rows = conn.execute(
-                f"SELECT {pgops.INFO_COLUMNS} FROM sessions ORDER BY updated_at DESC, id LIMIT %s",
-                (limit,),
-            ).fetchall()
+        sql = f"SELECT {pgops.INFO_COLUMNS} FROM sessions ORDER BY updated_at DESC, id LIMIT %s"
+        rows = self._read("list_sessions", rows_of, sql, limit)
         return [pgops.session_info(row) for row in rows]
 
     # -- projection checkpoints --------------------------------------------------------
@@ -430,8 +415,7 @@ class PostgresStore(BatchingStore):
         """See :meth:`Store.load_projection`."""
         validate_session_id(session_id)
         check_projection_args(name, version)
-        with self._connection("load_projection") as conn:
-            return aux.load_projection(conn, session_id, name, version)
+        return self._read("load_projection", aux.load_projection, session_id, name, version)
 
     # -- leases ------------------------------------------------------------------------
 
@@ -474,8 +458,8 @@ class PostgresStore(BatchingStore):
         """A hash of the server's current snapshot (``pg_current_snapshot()``): it
         changes whenever any transaction that wrote commits or ends -- on this store or
         elsewhere on the server (a spurious change only costs a re-read)."""
-        with self._connection("data_version") as conn:
-            return int(one(conn, "SELECT hashtextextended(pg_current_snapshot()::text, 0)")[0])
+        sql = "SELECT hashtextextended(pg_current_snapshot()::text, 0)"
+        return int(self._read("data_version", one, sql)[0])
 
     def listen(self) -> PgListener:
         """A feed of this store's change notifications -- every commit of any handle, on

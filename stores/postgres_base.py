@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import re
+import urllib.parse
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from typing import Any, Literal
@@ -40,6 +41,9 @@ __all__ = [
     "notify_payload",
     "one",
     "parse_payload",
+    "row_of",
+    "rows_of",
+    "split_url",
 ]
 
 Synchronous = Literal["normal", "full"]
@@ -113,6 +117,33 @@ def one(conn: psycopg.Connection[Any], sql: str, args: Any = None) -> tuple[Any,
     row = conn.execute(sql, args).fetchone()
     assert row is not None, sql
     return tuple(row)
+
+
+def row_of(conn: psycopg.Connection[Any], sql: str, *args: Any) -> tuple[Any, ...] | None:
+    """The first row of a query, or ``None``."""
+    return conn.execute(sql, args).fetchone()
+
+
+def rows_of(conn: psycopg.Connection[Any], sql: str, *args: Any) -> list[tuple[Any, ...]]:
+    """Every row of a query."""
+    return conn.execute(sql, args).fetchall()
+
+
+def split_url(url: str) -> tuple[str, str | None]:
+    """Split tidelog's ``schema`` query parameter off a PostgreSQL URL: ``(the URL for
+    libpq, the schema or None)``. Raises :class:`InvalidArgumentError` for a URL that is
+    not a ``str`` or names the schema twice."""
+    if not isinstance(url, str):
+        raise InvalidArgumentError(f"url must be a str, not {type(url).__name__}")
+    base, _, text = url.partition("?")
+    query = urllib.parse.parse_qsl(text, keep_blank_values=True)
+    schemas = [value for key, value in query if key == "schema"]
+    if len(schemas) > 1:
+        raise InvalidArgumentError("the URL names its schema more than once")
+    if not schemas:
+        return url, None
+    rest = urllib.parse.urlencode([(key, value) for key, value in query if key != "schema"])
+    return (f"{base}?{rest}" if rest else base), schemas[0]
 
 
 def describe_dsn(dsn: str) -> str:

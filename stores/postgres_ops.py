@@ -41,7 +41,7 @@ tidelog errors (the caller's ``map_errors`` translates psycopg's).
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, TypeGuard
 
 import attrs
 import psycopg
@@ -71,6 +71,7 @@ __all__ = [
     "delete_session",
     "notify",
     "permanent_error",
+    "plain_appends",
     "prelock",
     "session_info",
     "truncate_session",
@@ -144,6 +145,13 @@ FROM (SELECT bad.n AS bad, array_agg(ops.head + ops.c ORDER BY ops.n) AS heads,
             FILTER (WHERE ops.c > 0) AS p
     FROM bad, ops GROUP BY bad.n) AS r
 """
+
+
+def plain_appends(ops: Sequence[WriteOp]) -> TypeGuard[Sequence[AppendOp]]:
+    """True for a batch of appends to distinct sessions (the one-statement path)."""
+    if not all(type(op) is AppendOp for op in ops):
+        return False
+    return len({op.session_id for op in ops}) == len(ops)
 
 
 def append_many_args(

@@ -7,6 +7,7 @@ server, a schema per test; no mocks.
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import AsyncIterator, Callable
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from typing import Any
@@ -23,6 +24,7 @@ from runtime import (
     InvalidArgumentError,
     NewEvent,
     Runtime,
+    StoreBusyError,
     StoreIOError,
     open_runtime,
 )
@@ -194,3 +196,91 @@ async def test_runtime_recovers_when_its_writer_connection_is_killed(
         events = await rt.read("s")
     assert accepted == list(range(1, 61))
     assert [e.data for e in events] == [{"i": i} for i in range(60)]
+
+
+async def test_hosts_recover_when_the_server_drops_every_connection(
+    host: Opener, pg_schema: tuple[str, str]
+) -> None:
+    """Every connection of a writing host and of a tailing host is ended by the server
+    at once, twice: the writer's accepted events are all stored once, in order, and the
+    tail sees each of them once -- nobody restarts anything."""
+    received: list[int] = []
+    done = trio.Event()
+    async with (
+        host(poll_interval=NO_POLLING) as reader,
+        host(batch_window=0) as writer,
+        writer.open_session("s") as w,
+    ):
+
+        async def follow() -> None:
+            async for event in reader.tail("s"):
+                received.append(event.seq)
+                if event.seq == 40:
+                    done.set()
+                    return
+
+        def pids() -> list[int | None]:
+            return [
+                rt._writer.lane.store.backend_pid  # type: ignore[attr-defined]
+                for rt in (reader, writer)
+            ] + [rt._read_lane.store.backend_pid for rt in (reader, writer)]  # type: ignore[attr-defined]
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(follow)
+            await trio.sleep(0.3)
+            for i in range(40):
+                if i in (15, 30):
+                    with psycopg.connect(pg_schema[0], autocommit=True) as admin:
+                        admin.execute(
+                            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
+                            " WHERE pid = ANY(%s) OR (application_name = 'tidelog listener'"
+                            " AND query = %s)",
+                            (
+                                [p for p in pids() if p is not None],
+                                f'LISTEN "tidelog_{pg_schema[1]}"',
+                            ),
+                        )
+                with contextlib.suppress(CommitPendingError):  # kept, retried: flushed below
+                    await w.append([ev(i)])
+            with trio.fail_after(30):
+                while True:
+                    try:
+                        await w.flush()
+                        break
+                    except CommitPendingError:
+                        await trio.sleep(0.1)
+                await done.wait()
+        assert [e.data for e in await writer.read("s")] == [{"i": i} for i in range(40)]
+    assert received == list(range(1, 41))
+
+
+async def test_statement_timeout_keeps_writes_pending_until_the_lock_is_gone(
+    pg_schema: tuple[str, str],
+) -> None:
+    """Appends blocked by another connection's lock past statement_timeout fail their
+    commit (CommitPendingError caused by StoreBusyError) and stay queued; once the lock is
+    gone they are committed, once each, in order."""
+    dsn, schema = pg_schema
+    store = PostgresStore(dsn, schema=schema, statement_timeout_ms=200, busy_timeout_ms=60_000)
+    try:
+        async with open_runtime(store, batch_window=0) as rt, rt.open_session("s") as w:
+            await w.append([ev(0)])
+            blocker = psycopg.connect(dsn)
+            try:
+                blocker.execute(f"SELECT 1 FROM {schema}.sessions WHERE id = 's' FOR UPDATE")
+                with pytest.raises(CommitPendingError) as info:
+                    await w.append([ev(1)])
+                assert isinstance(info.value.__cause__, StoreBusyError)
+                w.append_nowait([ev(2)])
+            finally:
+                blocker.close()
+            with trio.fail_after(30):
+                while True:
+                    try:
+                        await w.flush()
+                        break
+                    except CommitPendingError:
+                        await trio.sleep(0.1)
+            assert [e.data for e in await rt.read("s")] == [{"i": i} for i in range(3)]
+    finally:
+        store.close()

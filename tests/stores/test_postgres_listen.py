@@ -18,7 +18,8 @@ pytest.importorskip("psycopg", reason="psycopg is not installed (pip install -e 
 import psycopg
 
 from stores import ClosedError, NewEvent, StoreIOError
-from stores.postgres import PostgresStore, split_url
+from stores.postgres import PostgresStore
+from stores.postgres_base import split_url
 from stores.postgres_listen import PgListener
 
 

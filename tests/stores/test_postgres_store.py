@@ -431,6 +431,24 @@ def test_terminated_connection_is_reopened(
     assert [e.seq for e in store.read("s")] == [1, 2, 3]
 
 
+def test_reads_reconnect_without_an_error(open_store: Opener, raw: psycopg.Connection[Any]) -> None:
+    """A read meeting a connection the server ended is run again on a new connection: the
+    reader sees no error (a read has nothing to undo)."""
+    store = open_store(read_only=False)
+    store.append("s", evs(3))
+    pin = store.pin("s")
+    assert pin is not None
+    for read in (
+        lambda: [e.seq for e in store.read("s")] == [1, 2, 3],
+        lambda: store.head("s") == 3,
+        lambda: store.refresh_pin(pin) == pin,
+        lambda: [i.id for i in store.list_sessions()] == ["s"],
+        lambda: isinstance(store.data_version(), int),
+    ):
+        raw.execute("SELECT pg_terminate_backend(%s)", (store.backend_pid,))
+        assert read()
+
+
 def test_terminated_connection_in_a_transaction_rolls_it_back(
     open_store: Opener, raw: psycopg.Connection[Any], where: tuple[str, str]
 ) -> None:
