@@ -23,15 +23,15 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from .alternatives import quiet
-from .core import PAYLOAD, encode_payload
+from .alternatives import _EventsourcingLog, _LangGraphLog, quiet
 from .pg import create_schema
 
 __all__ = ["ALL_PG", "PgAlternative"]
 
 
-class _LangGraphPg:
-    """One ``PostgresSaver`` on one connection; ``put`` one checkpoint per appended item."""
+class _LangGraphPg(_LangGraphLog):
+    """One ``PostgresSaver`` on one connection; ``put`` one checkpoint per appended item
+    (``append`` is the SQLite case's)."""
 
     def __init__(self, dsn: str, schema: str, pool: int) -> None:
         import psycopg
@@ -39,42 +39,27 @@ class _LangGraphPg:
         from psycopg.conninfo import make_conninfo
         from psycopg.rows import dict_row
 
-        self.conn = psycopg.connect(
+        self.conn = psycopg.connect(  # type: ignore[assignment]
             make_conninfo(dsn, options=f"-c search_path={schema}"),
             autocommit=True,
             prepare_threshold=0,
             row_factory=dict_row,
         )
-        self.saver = PostgresSaver(self.conn)  # type: ignore[arg-type]
+        self.saver = PostgresSaver(self.conn)  # type: ignore[arg-type, assignment]
         self.saver.setup()
         self.configs: dict[str, Any] = {}
 
-    def append(self, thread_id: str, step: int) -> None:
-        from langgraph.checkpoint.base import empty_checkpoint
 
-        config = self.configs.get(thread_id) or {
-            "configurable": {"thread_id": thread_id, "checkpoint_ns": ""}
-        }
-        checkpoint = empty_checkpoint()
-        checkpoint["channel_values"] = {"messages": [PAYLOAD]}  # the one new item
-        checkpoint["channel_versions"] = {"messages": step}
-        self.configs[thread_id] = self.saver.put(
-            config, checkpoint, {"source": "loop", "step": step}, {"messages": step}
-        )
-
-    def close(self) -> None:
-        self.conn.close()
-
-
-class _EventsourcingPg:
-    """One ``PostgresAggregateRecorder``; one stored event per append."""
+class _EventsourcingPg(_EventsourcingLog):
+    """One ``PostgresAggregateRecorder``; one stored event per append (``append`` is the
+    SQLite case's)."""
 
     def __init__(self, dsn: str, schema: str, pool: int) -> None:
         from eventsourcing.postgres import PostgresAggregateRecorder, PostgresDatastore
         from psycopg.conninfo import conninfo_to_dict
 
         params = conninfo_to_dict(dsn)
-        self.datastore = PostgresDatastore(
+        self.datastore = PostgresDatastore(  # type: ignore[assignment]
             str(params.get("dbname", "test")),
             str(params.get("host", "/var/run/postgresql")),
             str(params.get("port", "5432")),
@@ -84,17 +69,8 @@ class _EventsourcingPg:
             pool_size=pool,
             originator_id_type="text",
         )
-        self.recorder = PostgresAggregateRecorder(self.datastore)
+        self.recorder = PostgresAggregateRecorder(self.datastore)  # type: ignore[assignment, arg-type]
         self.recorder.create_table()
-
-    def append(self, originator: str, version: int) -> None:
-        from eventsourcing.persistence import StoredEvent
-
-        state = encode_payload(PAYLOAD).encode()
-        self.recorder.insert_events([StoredEvent(originator, version, "message", state)])
-
-    def close(self) -> None:
-        self.datastore.close()
 
 
 Opener = Callable[[str, str, int], Any]

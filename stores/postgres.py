@@ -66,6 +66,7 @@ from .postgres_lineage import check_cut, find_run, fork_session, read_window
 from .postgres_listen import PgListener
 from .postgres_schema import open_store_schema
 from .records import (
+    INFO_COLUMNS,
     JSON,
     MAX_SEQ,
     SessionInfo,
@@ -74,6 +75,7 @@ from .records import (
     check_flag,
     check_seq,
     events_from_rows,
+    session_info,
     validate_session_id,
 )
 
@@ -362,9 +364,9 @@ class PostgresStore(BatchingStore):
     def stat(self, session_id: str) -> SessionInfo | None:
         """See :meth:`Store.stat`."""
         validate_session_id(session_id)
-        sql = f"SELECT {pgops.INFO_COLUMNS} FROM sessions WHERE id = %s"
+        sql = f"SELECT {INFO_COLUMNS} FROM sessions WHERE id = %s"
         row = self._read("stat", row_of, sql, session_id)
-        return None if row is None else pgops.session_info(row)
+        return None if row is None else session_info(row)
 
     def pin(self, session_id: str) -> Pin | None:
         """See :meth:`Store.pin`."""
@@ -397,9 +399,9 @@ class PostgresStore(BatchingStore):
     def list_sessions(self, *, limit: int | None = None) -> list[SessionInfo]:
         """See :meth:`Store.list_sessions`."""
         check_count(limit, "limit")
-        sql = f"SELECT {pgops.INFO_COLUMNS} FROM sessions ORDER BY updated_at DESC, id LIMIT %s"
+        sql = f"SELECT {INFO_COLUMNS} FROM sessions ORDER BY updated_at DESC, id LIMIT %s"
         rows = self._read("list_sessions", rows_of, sql, limit)
-        return [pgops.session_info(row) for row in rows]
+        return [session_info(row) for row in rows]
 
     # -- projection checkpoints --------------------------------------------------------
 

@@ -53,16 +53,14 @@ from .errors import (
     InvalidEventError,
     OwnershipLostError,
     SessionExistsError,
-    StoreCorruptError,
     TidelogError,
 )
 from .postgres_base import MAX_PAYLOAD_BYTES, notify_payload, one
 from .postgres_lineage import protect_children, stored_rows
-from .records import PreparedEvent, SessionInfo, decode_json_object
+from .records import INFO_COLUMNS, PreparedEvent, SessionInfo, decode_json_object, session_info
 
 __all__ = [
     "APPEND_MANY",
-    "INFO_COLUMNS",
     "Tx",
     "append_many_args",
     "apply_op",
@@ -73,31 +71,14 @@ __all__ = [
     "permanent_error",
     "plain_appends",
     "prelock",
-    "session_info",
     "truncate_session",
 ]
 
 Conn = psycopg.Connection[Any]
 
-#: The columns :func:`session_info` builds a :class:`SessionInfo` from.
-INFO_COLUMNS = "id, head, created_at, updated_at, header, parent_id, parent_seq"
-
 #: The server's clock, in float seconds since the epoch (leases and timestamps use it,
 #: never a host's: hosts' clocks may disagree).
 NOW = "extract(epoch FROM clock_timestamp())::float8"
-
-
-def session_info(row: Sequence[Any]) -> SessionInfo:
-    """A :class:`SessionInfo` from an :data:`INFO_COLUMNS` row."""
-    session_id, head, created_at, updated_at, header_json, parent_id, parent_seq = row
-    try:
-        header = decode_json_object(header_json)
-    except ValueError as exc:  # InvalidArgumentError is one too
-        raise StoreCorruptError(
-            f"session {session_id!r}: the stored header is not a JSON object ({exc})"
-        ) from exc
-    parent = None if parent_id is None else (parent_id, parent_seq)
-    return SessionInfo(session_id, head, created_at, updated_at, header, parent)
 
 
 # -- the append path ----------------------------------------------------------------------

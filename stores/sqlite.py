@@ -42,6 +42,7 @@ from .contract import (
 )
 from .errors import ClosedError, ReadOnlyError
 from .records import (
+    INFO_COLUMNS,
     JSON,
     SessionInfo,
     StoredEvent,
@@ -49,6 +50,7 @@ from .records import (
     check_flag,
     check_seq,
     events_from_rows,
+    session_info,
     validate_session_id,
 )
 from .sqlite_base import in_savepoint, map_errors, one, transaction
@@ -348,9 +350,9 @@ class SqliteStore(BatchingStore):
         validate_session_id(session_id)
         with self._connection("stat") as conn:
             row = conn.execute(
-                f"SELECT {sqlops.INFO_COLUMNS} FROM sessions WHERE id=?", (session_id,)
+                f"SELECT {INFO_COLUMNS} FROM sessions WHERE id=?", (session_id,)
             ).fetchone()
-        return None if row is None else sqlops.session_info(row)
+        return None if row is None else session_info(row)
 
     def pin(self, session_id: str) -> Pin | None:
         """See :meth:`Store.pin`."""
@@ -386,10 +388,10 @@ class SqliteStore(BatchingStore):
         check_count(limit, "limit")
         with self._connection("list_sessions") as conn:
             rows = conn.execute(
-                f"SELECT {sqlops.INFO_COLUMNS} FROM sessions ORDER BY updated_at DESC, id LIMIT ?",
+                f"SELECT {INFO_COLUMNS} FROM sessions ORDER BY updated_at DESC, id LIMIT ?",
                 (-1 if limit is None else limit,),
             ).fetchall()
-        return [sqlops.session_info(r) for r in rows]
+        return [session_info(r) for r in rows]
 
     # -- projection checkpoints --------------------------------------------------------
 

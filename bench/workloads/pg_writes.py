@@ -32,7 +32,7 @@ from ..core import PAYLOAD, CaseContext, LagProbe, Metrics, Row, Target, case, e
 from ..pg import PgLevel, insert_rows_pg, open_raw_pg, pg_schema, unavailable, url_of
 from ..procs import run_together, worker
 from . import group_commit, multiprocess, single_session
-from .group_commit import Gate, raw_client, shape, timed_clients
+from .group_commit import Gate, RawGroupCommit, raw_client, shape
 
 __all__ = ["LEVELS"]
 
@@ -90,39 +90,12 @@ def _w1_alternative(alt: PgAlternative) -> Callable[[CaseContext], Metrics]:
 # -- W2pg in one process --------------------------------------------------------------------
 
 
-class RawGroupCommitPg(group_commit.RawGroupCommit):
-    """W2's raw group-commit loop on a psycopg connection."""
-
-    async def run_writer(self) -> None:
-        while True:
-            await self._wake.wait()
-            self._wake = trio.Event()
-            batch, waiters = self._queue, self._waiters
-            self._queue, self._waiters = [], []
-            await trio.to_thread.run_sync(insert_rows_pg, self._conn, batch, limiter=self._limiter)
-            self.batches += 1
-            self.rows += len(batch)
-            for waiter in waiters:
-                waiter.set()
-
-
 async def _raw_w2(dsn: str, schema: str, level: PgLevel, sessions: int, appends: int) -> Any:
     conn = open_raw_pg(dsn, schema, level)
     try:
-        loop = RawGroupCommitPg(conn)
-        gate = Gate(sessions)
-
-        def spawn(nursery: trio.Nursery) -> None:
-            for i in range(sessions):
-                nursery.start_soon(raw_client, loop, gate, f"session-{i}", appends)
-
-        async with trio.open_nursery() as writer_nursery:
-            writer_nursery.start_soon(loop.run_writer)
-            elapsed, probe = await timed_clients(gate, spawn)
-            writer_nursery.cancel_scope.cancel()
+        return await group_commit.raw_run(RawGroupCommit(conn, insert_rows_pg), sessions, appends)
     finally:
         conn.close()
-    return group_commit._Run(elapsed, sessions * appends, loop.batches, loop.rows, probe.samples)
 
 
 def _pooled(runs: list[Any]) -> Metrics:
@@ -175,7 +148,7 @@ async def _raw_w2_child(dsn: str, schema: str, prefix: str, sessions: int, appen
     out: Metrics = {}
     conn = open_raw_pg(dsn, schema, "on")
     try:
-        loop = RawGroupCommitPg(conn)
+        loop = RawGroupCommit(conn, insert_rows_pg)
         async with trio.open_nursery() as writer_nursery:
             writer_nursery.start_soon(loop.run_writer)
             for r in range(multiprocess.REPEATS):
