@@ -48,36 +48,6 @@ def op(session_id: str, n: int, tag: str = "", **kwargs: Any) -> AppendOp:
     return AppendOp(session_id, tuple(prepare_events(evs(n, tag))), **kwargs)
 
 
-@pytest.fixture
-def where(pg_schema: tuple[str, str]) -> tuple[str, str]:
-    return pg_schema
-
-
-@pytest.fixture
-def open_store(where: tuple[str, str]) -> Iterator[Opener]:
-    """Open PostgresStores on the test's schema (each its own connection: another host);
-    all closed at teardown."""
-    dsn, schema = where
-    opened: list[PostgresStore] = []
-
-    def make(**options: Any) -> PostgresStore:
-        store = PostgresStore(dsn, schema=schema, **options)
-        opened.append(store)
-        return store
-
-    yield make
-    for store in opened:
-        store.close()
-
-
-@pytest.fixture
-def raw(where: tuple[str, str]) -> Iterator[psycopg.Connection[Any]]:
-    dsn, schema = where
-    with psycopg.connect(dsn, autocommit=True) as conn:
-        conn.execute(f"SET search_path = {schema}")
-        yield conn
-
-
 def server_now(conn: psycopg.Connection[Any]) -> float:
     row = conn.execute("SELECT extract(epoch FROM clock_timestamp())::float8").fetchone()
     assert row is not None
@@ -88,24 +58,24 @@ def server_now(conn: psycopg.Connection[Any]) -> float:
 
 
 def test_lease_expiry_is_on_the_server_clock(
-    open_store: Opener, raw: psycopg.Connection[Any]
+    pg_open: Opener, pg_raw: psycopg.Connection[Any]
 ) -> None:
     """A lease expires ttl seconds after acquire by the server's clock."""
-    store = open_store()
-    before = server_now(raw)
+    store = pg_open()
+    before = server_now(pg_raw)
     store.acquire_lease("s", "A", ttl=30.0, holder=ELSEWHERE)
-    after = server_now(raw)
-    row = raw.execute("SELECT expires FROM leases WHERE id = 's'").fetchone()
+    after = server_now(pg_raw)
+    row = pg_raw.execute("SELECT expires FROM leases WHERE id = 's'").fetchone()
     assert row is not None and before + 30.0 <= row[0] <= after + 30.0
 
 
 @pytest.mark.parametrize("skew", [3600.0, -3600.0], ids=["host_ahead", "host_behind"])
 def test_host_clock_skew_cannot_break_a_lease(
-    open_store: Opener, monkeypatch: pytest.MonkeyPatch, skew: float
+    pg_open: Opener, monkeypatch: pytest.MonkeyPatch, skew: float
 ) -> None:
     """With this host's clock an hour off, a live lease still cannot be taken and an
     expired one still can: only the server's clock counts."""
-    holder, taker = open_store(), open_store()
+    holder, taker = pg_open(), pg_open()
     real = time.time
     monkeypatch.setattr(time, "time", lambda: real() + skew)
     holder.acquire_lease("live", "A", ttl=30.0, holder=ELSEWHERE)
@@ -121,11 +91,11 @@ def test_host_clock_skew_cannot_break_a_lease(
 # -- leases: a dead holder is taken over at once -------------------------------------------
 
 
-def test_closed_holder_is_taken_over_at_once(open_store: Opener) -> None:
+def test_closed_holder_is_taken_over_at_once(pg_open: Opener) -> None:
     """While the holder's connection lives its lease cannot be taken; once it is gone
     (the advisory lock released by the server) another host takes it at once, and the
     old owner's fenced writes fail."""
-    holder, taker, other = open_store(), open_store(), open_store()
+    holder, taker, other = pg_open(), pg_open(), pg_open()
     holder.acquire_lease("s", "A", ttl=3600.0, holder=ELSEWHERE)
     with pytest.raises(SessionOwnedError):
         taker.acquire_lease("s", "B", ttl=3600.0, holder=ELSEWHERE)
@@ -149,15 +119,15 @@ _HOLDER = textwrap.dedent(
 )
 
 
-def test_sigkilled_holder_is_taken_over_at_once(open_store: Opener, where: tuple[str, str]) -> None:
+def test_sigkilled_holder_is_taken_over_at_once(pg_open: Opener, pg_where: tuple[str, str]) -> None:
     """A holder process killed with SIGKILL (its lease has an hour left) is taken over
     within a second: the server ends its connection and releases the advisory lock."""
     with subprocess.Popen(
-        [sys.executable, "-c", _HOLDER, *where],
+        [sys.executable, "-c", _HOLDER, *pg_where],
         stdout=subprocess.PIPE,
         text=True,
     ) as proc:
-        _take_over_after_kill(proc, open_store())
+        _take_over_after_kill(proc, pg_open())
 
 
 def _take_over_after_kill(proc: subprocess.Popen[str], taker: PostgresStore) -> None:
@@ -181,33 +151,33 @@ def _take_over_after_kill(proc: subprocess.Popen[str], taker: PostgresStore) -> 
 
 
 def test_lease_taken_after_expiry_gets_its_lock_at_renewal(
-    open_store: Opener, raw: psycopg.Connection[Any]
+    pg_open: Opener, pg_raw: psycopg.Connection[Any]
 ) -> None:
     """A lease taken over after expiry while the old holder's connection lived starts
     without the advisory lock (not "locked": no early takeover); once the old holder gave
     it up, the new holder's renewal takes it, and its own death is then found at once."""
-    old, new, third = open_store(), open_store(), open_store()
+    old, new, third = pg_open(), pg_open(), pg_open()
     old.acquire_lease("s", "A", ttl=0.05, holder=ELSEWHERE)
     time.sleep(0.1)
     new.acquire_lease("s", "B", ttl=3600.0, holder=ELSEWHERE)
-    assert raw.execute("SELECT locked FROM leases WHERE id = 's'").fetchone() == (False,)
+    assert pg_raw.execute("SELECT locked FROM leases WHERE id = 's'").fetchone() == (False,)
     old.close()  # the old holder's connection ends (its lock is released)
     with pytest.raises(SessionOwnedError):
         third.acquire_lease("s", "C", ttl=3600.0, holder=ELSEWHERE)  # B lives, unlocked
     assert new.renew_leases("B", ["s"], ttl=3600.0) == []
-    assert raw.execute("SELECT locked FROM leases WHERE id = 's'").fetchone() == (True,)
+    assert pg_raw.execute("SELECT locked FROM leases WHERE id = 's'").fetchone() == (True,)
     new.close()
     third.acquire_lease("s", "C", ttl=3600.0, holder=ELSEWHERE)
 
 
 def test_reconnected_holder_takes_its_lock_again(
-    open_store: Opener, raw: psycopg.Connection[Any]
+    pg_open: Opener, pg_raw: psycopg.Connection[Any]
 ) -> None:
     """A holder whose connection was dropped keeps its lease row; its next renewal
     (on a new connection) takes the advisory lock again."""
-    holder, other = open_store(), open_store()
+    holder, other = pg_open(), pg_open()
     holder.acquire_lease("s", "A", ttl=3600.0, holder=ELSEWHERE)
-    raw.execute("SELECT pg_terminate_backend(%s)", (holder.backend_pid,))
+    pg_raw.execute("SELECT pg_terminate_backend(%s)", (holder.backend_pid,))
     with pytest.raises(Exception):  # noqa: B017  # the call that meets the dead connection
         holder.renew_leases("A", ["s"], ttl=3600.0)
     assert holder.renew_leases("A", ["s"], ttl=3600.0) == []
@@ -218,9 +188,9 @@ def test_reconnected_holder_takes_its_lock_again(
 # -- the fence -----------------------------------------------------------------------------
 
 
-def _wait_for_lock_wait(raw: psycopg.Connection[Any], pid: int | None) -> None:
+def _wait_for_lock_wait(pg_raw: psycopg.Connection[Any], pid: int | None) -> None:
     for _ in range(500):
-        row = raw.execute(
+        row = pg_raw.execute(
             "SELECT wait_event_type FROM pg_stat_activity WHERE pid = %s", (pid,)
         ).fetchone()
         if row is not None and row[0] == "Lock":
@@ -231,23 +201,23 @@ def _wait_for_lock_wait(raw: psycopg.Connection[Any], pid: int | None) -> None:
 
 @pytest.mark.parametrize("batch", ["append", "truncate"])
 def test_fenced_write_waits_for_a_takeover_in_flight(
-    open_store: Opener, raw: psycopg.Connection[Any], where: tuple[str, str], batch: str
+    pg_open: Opener, pg_raw: psycopg.Connection[Any], pg_where: tuple[str, str], batch: str
 ) -> None:
     """A fenced write meeting a takeover that has not committed yet waits for it (the
     lease row is the fence), then fails with OwnershipLostError: nothing of the old
     owner lands after the new owner's lease."""
-    store = open_store(busy_timeout_ms=30_000)
+    store = pg_open(busy_timeout_ms=30_000)
     store.append("s", evs(3))
     store.acquire_lease("s", "A", ttl=3600.0, holder=ELSEWHERE)
-    takeover = psycopg.connect(where[0])
-    takeover.execute(f"UPDATE {where[1]}.leases SET owner = 'B' WHERE id = 's'")
+    takeover = psycopg.connect(pg_where[0])
+    takeover.execute(f"UPDATE {pg_where[1]}.leases SET owner = 'B' WHERE id = 's'")
     results: list[object] = []
     write_op = op("s", 1, owner="A") if batch == "append" else TruncateOp("s", 0, owner="A")
     pid = store.backend_pid  # (the store is busy once the write started)
     thread = threading.Thread(target=lambda: results.extend(store.write_batch([write_op])))
     thread.start()
     try:
-        _wait_for_lock_wait(raw, pid)
+        _wait_for_lock_wait(pg_raw, pid)
         takeover.commit()
         thread.join(timeout=30)
     finally:
@@ -256,11 +226,11 @@ def test_fenced_write_waits_for_a_takeover_in_flight(
     assert store.head("s") == 3
 
 
-def test_old_owner_writes_never_follow_the_takeover(open_store: Opener) -> None:
+def test_old_owner_writes_never_follow_the_takeover(pg_open: Opener) -> None:
     """An old owner appending in a loop while another host takes its expired lease over:
     every event it got acknowledged precedes the new owner's first event, and none of
     its writes lands after it."""
-    writer, taker = open_store(), open_store()
+    writer, taker = pg_open(), pg_open()
     writer.acquire_lease("s", "A", ttl=0.3, holder=ELSEWHERE)
     acked: list[int] = []
     stopped: list[BaseException | object] = []
@@ -289,10 +259,10 @@ def test_old_owner_writes_never_follow_the_takeover(open_store: Opener) -> None:
 
 
 @pytest.fixture
-def listener(where: tuple[str, str]) -> Iterator[Callable[[float], list[str]]]:
+def listener(pg_where: tuple[str, str]) -> Iterator[Callable[[float], list[str]]]:
     """Listen on the test store's channel; the callable returns the payloads received
     within ``timeout`` seconds (stopping at the first quiet 0.2 s after one)."""
-    dsn, schema = where
+    dsn, schema = pg_where
     with psycopg.connect(dsn, autocommit=True) as conn:
         conn.execute(f'LISTEN "tidelog_{schema}"')
 
@@ -306,12 +276,12 @@ def listener(where: tuple[str, str]) -> Iterator[Callable[[float], list[str]]]:
 
 
 def test_commits_notify_their_sessions_and_heads(
-    open_store: Opener, listener: Callable[[float], list[str]]
+    pg_open: Opener, listener: Callable[[float], list[str]]
 ) -> None:
     """Every commit that moves heads notifies the store's channel once with each
     session's new head (both write paths, truncate, delete, fork, create); a failed op
     notifies nothing."""
-    store = open_store()
+    store = pg_open()
     store.append("a", evs(2))
     assert listener(5.0) == ["2 a"]
     assert store.write_batch([op("a", 1), op("b", 3)]) == [3, 3]
@@ -330,11 +300,11 @@ def test_commits_notify_their_sessions_and_heads(
 
 
 def test_too_long_a_notification_says_everything(
-    open_store: Opener, listener: Callable[[float], list[str]]
+    pg_open: Opener, listener: Callable[[float], list[str]]
 ) -> None:
     """A commit whose sessions do not fit in one payload notifies "*" (look at every
     session), which names no session."""
-    store = open_store()
+    store = pg_open()
     ids = [f"{i:03d}-" + "x" * 200 for i in range(50)]
     store.write_batch([op(session_id, 1) for session_id in ids])
     assert listener(5.0) == ["*"]
@@ -342,11 +312,9 @@ def test_too_long_a_notification_says_everything(
     assert parse_payload("3 a b\n1 c") == ["a b", "c"]
 
 
-def test_notify_can_be_turned_off(
-    open_store: Opener, listener: Callable[[float], list[str]]
-) -> None:
+def test_notify_can_be_turned_off(pg_open: Opener, listener: Callable[[float], list[str]]) -> None:
     """With notify=False commits notify nothing."""
-    store = open_store(notify=False)
+    store = pg_open(notify=False)
     store.append("a", evs(1))
     store.write_batch([op("a", 1), TruncateOp("a", 0)])
     assert listener(0.3) == []
@@ -355,10 +323,10 @@ def test_notify_can_be_turned_off(
 # -- several connections at once -------------------------------------------------------------
 
 
-def test_connections_appending_to_one_session_stay_gapless(open_store: Opener) -> None:
+def test_connections_appending_to_one_session_stay_gapless(pg_open: Opener) -> None:
     """Four connections appending to one new session at once (no expected head): every
     append lands once, seqs 1..200 without gaps, no error -- even the race to create it."""
-    stores = [open_store() for _ in range(4)]
+    stores = [pg_open() for _ in range(4)]
     errors: list[BaseException] = []
     barrier = threading.Barrier(4)
 

@@ -9,7 +9,7 @@ the other host or the database administrator; no mocks.
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -46,38 +46,6 @@ def op(session_id: str, n: int, **kwargs: Any) -> AppendOp:
     return AppendOp(session_id, tuple(prepare_events(evs(n))), **kwargs)
 
 
-@pytest.fixture
-def where(pg_schema: tuple[str, str]) -> tuple[str, str]:
-    """``(dsn, schema)`` of this test."""
-    return pg_schema
-
-
-@pytest.fixture
-def open_store(where: tuple[str, str]) -> Iterator[Opener]:
-    """Open PostgresStores on the test's schema; all closed at teardown."""
-    dsn, schema = where
-    opened: list[PostgresStore] = []
-
-    def make(**options: Any) -> PostgresStore:
-        options.setdefault("schema", schema)
-        store = PostgresStore(options.pop("dsn", dsn), **options)
-        opened.append(store)
-        return store
-
-    yield make
-    for store in opened:
-        store.close()
-
-
-@pytest.fixture
-def raw(where: tuple[str, str]) -> Iterator[psycopg.Connection[Any]]:
-    """A plain autocommit connection to the test's database (another host, an admin)."""
-    dsn, schema = where
-    with psycopg.connect(dsn, autocommit=True) as conn:
-        conn.execute(f"SET search_path = {schema}")
-        yield conn
-
-
 def tables(conn: psycopg.Connection[Any], schema: str) -> set[str]:
     rows = conn.execute(
         "SELECT tablename FROM pg_tables WHERE schemaname = %s", (schema,)
@@ -89,11 +57,11 @@ def tables(conn: psycopg.Connection[Any], schema: str) -> set[str]:
 
 
 def test_new_store_creates_its_schema_and_version(
-    open_store: Opener, raw: psycopg.Connection[Any], where: tuple[str, str]
+    pg_open: Opener, pg_raw: psycopg.Connection[Any], pg_where: tuple[str, str]
 ) -> None:
     """Opening a new store creates its schema, its tables and the version row."""
-    open_store().close()
-    assert tables(raw, where[1]) == {
+    pg_open().close()
+    assert tables(pg_raw, pg_where[1]) == {
         "sessions",
         "events",
         "cuts",
@@ -101,34 +69,34 @@ def test_new_store_creates_its_schema_and_version(
         "projections",
         "tidelog_format",
     }
-    row = raw.execute("SELECT application, version FROM tidelog_format").fetchall()
+    row = pg_raw.execute("SELECT application, version FROM tidelog_format").fetchall()
     assert row == [("tidelog", pg_schema.SCHEMA_VERSION)]
 
 
 def test_store_shares_a_database_with_an_application(
-    open_store: Opener, raw: psycopg.Connection[Any], where: tuple[str, str]
+    pg_open: Opener, pg_raw: psycopg.Connection[Any], pg_where: tuple[str, str]
 ) -> None:
     """An application's tables in another schema of the database are untouched, and a
     table of the same name there does not confuse the store."""
-    app = where[1] + "_app"
-    raw.execute(f"CREATE SCHEMA {app}")
+    app = pg_where[1] + "_app"
+    pg_raw.execute(f"CREATE SCHEMA {app}")
     try:
-        raw.execute(f"CREATE TABLE {app}.sessions(id int PRIMARY KEY, name text)")
-        raw.execute(f"INSERT INTO {app}.sessions VALUES (1, 'mine')")
-        store = open_store()
+        pg_raw.execute(f"CREATE TABLE {app}.sessions(id int PRIMARY KEY, name text)")
+        pg_raw.execute(f"INSERT INTO {app}.sessions VALUES (1, 'mine')")
+        store = pg_open()
         store.append("s", evs(2))
-        assert raw.execute(f"SELECT * FROM {app}.sessions").fetchall() == [(1, "mine")]
+        assert pg_raw.execute(f"SELECT * FROM {app}.sessions").fetchall() == [(1, "mine")]
         assert store.head("s") == 2
     finally:
-        raw.execute(f"DROP SCHEMA {app} CASCADE")
+        pg_raw.execute(f"DROP SCHEMA {app} CASCADE")
 
 
 def test_empty_existing_schema_is_used(
-    open_store: Opener, raw: psycopg.Connection[Any], where: tuple[str, str]
+    pg_open: Opener, pg_raw: psycopg.Connection[Any], pg_where: tuple[str, str]
 ) -> None:
     """A schema that exists but holds nothing (made by an administrator) becomes the store."""
-    raw.execute(f"CREATE SCHEMA {where[1]}")
-    store = open_store()
+    pg_raw.execute(f"CREATE SCHEMA {pg_where[1]}")
+    store = pg_open()
     assert store.append("s", evs(1)) == 1
 
 
@@ -180,46 +148,46 @@ def _snapshot(conn: psycopg.Connection[Any], schema: str) -> tuple[object, ...]:
 )
 @pytest.mark.parametrize("read_only", [False, True])
 def test_foreign_or_newer_schema_refused_untouched(
-    raw: psycopg.Connection[Any],
-    where: tuple[str, str],
+    pg_raw: psycopg.Connection[Any],
+    pg_where: tuple[str, str],
     make: Callable[[psycopg.Connection[Any], str], None],
     read_only: bool,
 ) -> None:
     """Another application's schema, or a newer tidelog format, raises
     UnsupportedFormatError at open and nothing in the schema changes."""
-    dsn, schema = where
-    make(raw, schema)
-    before = _snapshot(raw, schema)
+    dsn, schema = pg_where
+    make(pg_raw, schema)
+    before = _snapshot(pg_raw, schema)
     format_before = (
-        raw.execute(f"SELECT * FROM {schema}.tidelog_format").fetchall()
+        pg_raw.execute(f"SELECT * FROM {schema}.tidelog_format").fetchall()
         if "tidelog_format" in before[0]  # type: ignore[operator]
         else None
     )
     with pytest.raises(UnsupportedFormatError):
         PostgresStore(dsn, schema=schema, read_only=read_only)
-    assert _snapshot(raw, schema) == before
+    assert _snapshot(pg_raw, schema) == before
     if format_before is not None:
-        assert raw.execute(f"SELECT * FROM {schema}.tidelog_format").fetchall() == format_before
+        assert pg_raw.execute(f"SELECT * FROM {schema}.tidelog_format").fetchall() == format_before
 
 
 def test_read_only_open_never_creates_a_store(
-    raw: psycopg.Connection[Any], where: tuple[str, str]
+    pg_raw: psycopg.Connection[Any], pg_where: tuple[str, str]
 ) -> None:
     """A read-only open of a schema without a store raises StoreIOError and creates
     nothing (no schema)."""
-    dsn, schema = where
+    dsn, schema = pg_where
     with pytest.raises(StoreIOError, match="never creates"):
         PostgresStore(dsn, schema=schema, read_only=True)
-    found = raw.execute("SELECT 1 FROM pg_namespace WHERE nspname = %s", (schema,)).fetchone()
+    found = pg_raw.execute("SELECT 1 FROM pg_namespace WHERE nspname = %s", (schema,)).fetchone()
     assert found is None
 
 
 def test_concurrent_opens_of_a_new_store_all_succeed(
-    where: tuple[str, str], raw: psycopg.Connection[Any]
+    pg_where: tuple[str, str], pg_raw: psycopg.Connection[Any]
 ) -> None:
     """Several processes' first opens of one new store wait for one migration instead of
     racing: every open succeeds, one version row exists."""
-    dsn, schema = where
+    dsn, schema = pg_where
     errors: list[BaseException] = []
     barrier = threading.Barrier(4)
 
@@ -238,16 +206,16 @@ def test_concurrent_opens_of_a_new_store_all_succeed(
     for thread in threads:
         thread.join(timeout=60)
     assert errors == []
-    assert raw.execute(f"SELECT count(*) FROM {schema}.tidelog_format").fetchone() == (1,)
-    assert raw.execute(f"SELECT count(*) FROM {schema}.sessions").fetchone() == (4,)
+    assert pg_raw.execute(f"SELECT count(*) FROM {schema}.tidelog_format").fetchone() == (1,)
+    assert pg_raw.execute(f"SELECT count(*) FROM {schema}.sessions").fetchone() == (4,)
 
 
 def test_migration_upgrades_an_older_store(
-    open_store: Opener, raw: psycopg.Connection[Any], monkeypatch: pytest.MonkeyPatch
+    pg_open: Opener, pg_raw: psycopg.Connection[Any], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """An older store is migrated at open: the step runs once, the version moves, the
     data stays; the old code then refuses the newer store."""
-    store = open_store()
+    store = pg_open()
     store.append("s", evs(3))
     store.close()
     current = pg_schema.SCHEMA_VERSION
@@ -260,14 +228,14 @@ def test_migration_upgrades_an_older_store(
     with monkeypatch.context() as m:
         m.setattr(pg_schema, "SCHEMA_VERSION", current + 1)
         m.setitem(pg_schema.MIGRATIONS, current, step)
-        store = open_store()
+        store = pg_open()
         assert [e.seq for e in store.read("s")] == [1, 2, 3]
         assert store.append("s", evs(1)) == 4
-        open_store().close()  # current now: the step does not run again
+        pg_open().close()  # current now: the step does not run again
         assert len(calls) == 1
-    assert raw.execute("SELECT version FROM tidelog_format").fetchone() == (current + 1,)
+    assert pg_raw.execute("SELECT version FROM tidelog_format").fetchone() == (current + 1,)
     with pytest.raises(UnsupportedFormatError):
-        open_store()
+        pg_open()
 
 
 def _bad_sql(conn: psycopg.Connection[Any], schema: str) -> None:
@@ -284,18 +252,18 @@ def _raises(conn: psycopg.Connection[Any], schema: str) -> None:
     ("step", "cause"), [(_bad_sql, psycopg.errors.UndefinedTable), (_raises, RuntimeError)]
 )
 def test_failed_migration_changes_nothing(
-    open_store: Opener,
-    raw: psycopg.Connection[Any],
-    where: tuple[str, str],
+    pg_open: Opener,
+    pg_raw: psycopg.Connection[Any],
+    pg_where: tuple[str, str],
     monkeypatch: pytest.MonkeyPatch,
     step: Callable[[psycopg.Connection[Any], str], None],
     cause: type[BaseException],
 ) -> None:
     """Two pending steps, the second failing after DDL: everything rolls back (the first
     step's table too), open raises a chained StoreError, and the store still opens."""
-    open_store().append("s", evs(2))
+    pg_open().append("s", evs(2))
     current = pg_schema.SCHEMA_VERSION
-    before = tables(raw, where[1])
+    before = tables(pg_raw, pg_where[1])
 
     def first(conn: psycopg.Connection[Any], schema: str) -> None:
         conn.execute(f"CREATE TABLE {schema}.first_step(x int)")
@@ -305,11 +273,11 @@ def test_failed_migration_changes_nothing(
         m.setitem(pg_schema.MIGRATIONS, current, first)
         m.setitem(pg_schema.MIGRATIONS, current + 1, step)
         with pytest.raises(StoreError) as info:
-            open_store()
+            pg_open()
     assert isinstance(info.value.__cause__, cause)
-    assert tables(raw, where[1]) == before
-    assert raw.execute("SELECT version FROM tidelog_format").fetchone() == (current,)
-    assert open_store().head("s") == 2
+    assert tables(pg_raw, pg_where[1]) == before
+    assert pg_raw.execute("SELECT version FROM tidelog_format").fetchone() == (current,)
+    assert pg_open().head("s") == 2
 
 
 # -- options and opening -----------------------------------------------------------------
@@ -339,12 +307,14 @@ def test_failed_migration_changes_nothing(
     ids=lambda o: "-".join(f"{k}={v!r}"[:30] for k, v in o.items()),
 )
 def test_bad_options_refused_before_connecting(
-    open_store: Opener, raw: psycopg.Connection[Any], where: tuple[str, str], options: Any
+    pg_open: Opener, pg_raw: psycopg.Connection[Any], pg_where: tuple[str, str], options: Any
 ) -> None:
     """A bad option or DSN raises InvalidArgumentError, and no schema is created."""
     with pytest.raises(InvalidArgumentError):
-        open_store(**options)
-    found = raw.execute("SELECT 1 FROM pg_namespace WHERE nspname = %s", (where[1],)).fetchone()
+        pg_open(**options)
+    found = pg_raw.execute(
+        "SELECT 1 FROM pg_namespace WHERE nspname = %s", (pg_where[1],)
+    ).fetchone()
     assert found is None
 
 
@@ -356,23 +326,21 @@ def test_bad_options_refused_before_connecting(
     ],
     ids=["keywords", "uri"],
 )
-def test_refused_connection_is_store_io_error_without_password(
-    open_store: Opener, dsn: str
-) -> None:
+def test_refused_connection_is_store_io_error_without_password(pg_open: Opener, dsn: str) -> None:
     """A server that refuses the connection raises StoreIOError naming the host, never
     the password; the psycopg error is its cause."""
     with pytest.raises(StoreIOError) as info:
-        open_store(dsn=dsn)
+        pg_open(dsn=dsn)
     assert "127.0.0.1" in str(info.value) and "s3cret" not in str(info.value)
     assert isinstance(info.value.__cause__, psycopg.OperationalError)
 
 
-def test_missing_database_is_store_io_error(open_store: Opener, where: tuple[str, str]) -> None:
+def test_missing_database_is_store_io_error(pg_open: Opener, pg_where: tuple[str, str]) -> None:
     """A database that does not exist raises StoreIOError."""
     from psycopg.conninfo import make_conninfo
 
     with pytest.raises(StoreIOError, match="does not exist"):
-        open_store(dsn=make_conninfo(where[0], dbname="tidelog_no_such_database"))
+        pg_open(dsn=make_conninfo(pg_where[0], dbname="tidelog_no_such_database"))
 
 
 # -- the server refuses, times out, goes away ------------------------------------------------
@@ -387,7 +355,7 @@ def _lock_session_row(dsn: str, schema: str, session_id: str) -> psycopg.Connect
 
 @pytest.mark.parametrize("which", ["lock_timeout", "statement_timeout"])
 def test_blocked_write_times_out_as_busy(
-    open_store: Opener, where: tuple[str, str], which: str
+    pg_open: Opener, pg_where: tuple[str, str], which: str
 ) -> None:
     """A write blocked by another connection's lock past busy_timeout_ms (or past
     statement_timeout_ms) raises StoreBusyError and writes nothing; once the lock is
@@ -397,9 +365,9 @@ def test_blocked_write_times_out_as_busy(
         if which == "lock_timeout"
         else {"busy_timeout_ms": 60_000, "statement_timeout_ms": 100}
     )
-    store = open_store(**options)
+    store = pg_open(**options)
     store.append("s", evs(1))
-    holder = _lock_session_row(*where, "s")
+    holder = _lock_session_row(*pg_where, "s")
     try:
         with pytest.raises(StoreBusyError):
             store.append("s", evs(1))
@@ -414,15 +382,15 @@ def test_blocked_write_times_out_as_busy(
 
 
 def test_terminated_connection_is_reopened(
-    open_store: Opener, raw: psycopg.Connection[Any]
+    pg_open: Opener, pg_raw: psycopg.Connection[Any]
 ) -> None:
     """A connection the server ends (pg_terminate_backend) fails the call that meets it
     with StoreIOError; the next call reconnects and nothing acknowledged is lost."""
-    store = open_store()
+    store = pg_open()
     assert store.append("s", evs(2)) == 2
     pid = store.backend_pid
     assert pid is not None
-    raw.execute("SELECT pg_terminate_backend(%s)", (pid,))
+    pg_raw.execute("SELECT pg_terminate_backend(%s)", (pid,))
     with pytest.raises(StoreIOError):
         store.append("s", evs(1), expected_head=2)
     assert store.head("s") == 2  # reconnected: the failed append wrote nothing
@@ -431,10 +399,10 @@ def test_terminated_connection_is_reopened(
     assert [e.seq for e in store.read("s")] == [1, 2, 3]
 
 
-def test_reads_reconnect_without_an_error(open_store: Opener, raw: psycopg.Connection[Any]) -> None:
+def test_reads_reconnect_without_an_error(pg_open: Opener, pg_raw: psycopg.Connection[Any]) -> None:
     """A read meeting a connection the server ended is run again on a new connection: the
     reader sees no error (a read has nothing to undo)."""
-    store = open_store(read_only=False)
+    store = pg_open(read_only=False)
     store.append("s", evs(3))
     pin = store.pin("s")
     assert pin is not None
@@ -445,18 +413,18 @@ def test_reads_reconnect_without_an_error(open_store: Opener, raw: psycopg.Conne
         lambda: [i.id for i in store.list_sessions()] == ["s"],
         lambda: isinstance(store.data_version(), int),
     ):
-        raw.execute("SELECT pg_terminate_backend(%s)", (store.backend_pid,))
+        pg_raw.execute("SELECT pg_terminate_backend(%s)", (store.backend_pid,))
         assert read()
 
 
 def test_terminated_connection_in_a_transaction_rolls_it_back(
-    open_store: Opener, raw: psycopg.Connection[Any], where: tuple[str, str]
+    pg_open: Opener, pg_raw: psycopg.Connection[Any], pg_where: tuple[str, str]
 ) -> None:
     """A connection ended while its write transaction waits for a lock fails that write
     with StoreIOError, the write is not applied, and the store carries on."""
-    store = open_store(busy_timeout_ms=60_000)
+    store = pg_open(busy_timeout_ms=60_000)
     store.append("s", evs(1))
-    holder = _lock_session_row(*where, "s")
+    holder = _lock_session_row(*pg_where, "s")
     failure: list[BaseException] = []
 
     def truncate() -> None:
@@ -470,13 +438,13 @@ def test_terminated_connection_in_a_transaction_rolls_it_back(
     thread.start()
     try:
         for _ in range(200):  # wait until the truncate waits for the lock
-            row = raw.execute(
+            row = pg_raw.execute(
                 "SELECT wait_event_type FROM pg_stat_activity WHERE pid = %s", (pid,)
             ).fetchone()
             if row is not None and row[0] == "Lock":
                 break
             threading.Event().wait(0.01)
-        raw.execute("SELECT pg_terminate_backend(%s)", (pid,))
+        pg_raw.execute("SELECT pg_terminate_backend(%s)", (pid,))
         thread.join(timeout=30)
     finally:
         holder.close()
@@ -484,10 +452,10 @@ def test_terminated_connection_in_a_transaction_rolls_it_back(
     assert store.head("s") == 1
 
 
-def test_nul_in_a_hand_built_event_fails_its_op_alone(open_store: Opener) -> None:
+def test_nul_in_a_hand_built_event_fails_its_op_alone(pg_open: Opener) -> None:
     """A PreparedEvent built by hand with a NUL character (PostgreSQL text cannot hold
     one) fails its op with InvalidEventError naming it; the batch's other ops commit."""
-    store = open_store()
+    store = pg_open()
     bad = (PreparedEvent("ok", "1"), PreparedEvent("nul", '"a\x00b"'))
     results = store.write_batch([AppendOp("a", bad), op("b", 2), op("a", 1)])
     assert isinstance(results[0], InvalidEventError)
@@ -496,16 +464,16 @@ def test_nul_in_a_hand_built_event_fails_its_op_alone(open_store: Opener) -> Non
     assert store.stat("a") is None and store.head("b") == 2
 
 
-def test_json_nul_escape_round_trips(open_store: Opener) -> None:
+def test_json_nul_escape_round_trips(pg_open: Opener) -> None:
     """Data holding U+0000 is stored as JSON text (``\\u0000``) and reads back exactly."""
-    store = open_store()
+    store = pg_open()
     store.append("s", [NewEvent("k", {"a\x00": "b\x00c"})])
     assert store.read("s")[0].data == {"a\x00": "b\x00c"}
 
 
-def test_nul_in_projection_state_is_invalid_argument(open_store: Opener) -> None:
+def test_nul_in_projection_state_is_invalid_argument(pg_open: Opener) -> None:
     """A projection state with a NUL character raises InvalidArgumentError; nothing saved."""
-    store = open_store()
+    store = pg_open()
     store.append("s", evs(1))
     pin = store.pin("s")
     assert pin is not None
@@ -525,15 +493,15 @@ def _lsn(conn: psycopg.Connection[Any], what: str) -> int:
 
 @pytest.mark.parametrize("barrier", ["sync", "write_batch", "failing_batch", "full"])
 def test_flush_barrier_makes_earlier_commits_durable(
-    open_store: Opener, raw: psycopg.Connection[Any], barrier: str
+    pg_open: Opener, pg_raw: psycopg.Connection[Any], barrier: str
 ) -> None:
     """When a flush barrier returns (sync(), write_batch(sync=True) -- even one whose ops
     all fail -- or any commit with synchronous="full"), the WAL is flushed past every
     earlier commit."""
-    store = open_store(synchronous="full" if barrier == "full" else "normal")
+    store = pg_open(synchronous="full" if barrier == "full" else "normal")
     for round_ in range(20):
         store.append("s", evs(3))
-        written = _lsn(raw, "current_wal_insert")
+        written = _lsn(pg_raw, "current_wal_insert")
         if barrier == "sync":
             store.sync()
         elif barrier == "write_batch":
@@ -543,4 +511,4 @@ def test_flush_barrier_makes_earlier_commits_durable(
             assert isinstance(stale[0], ConflictError) and stale[1] is stale[0]
         else:
             store.append("s", evs(1))
-        assert _lsn(raw, "current_wal_flush") >= written
+        assert _lsn(pg_raw, "current_wal_flush") >= written
