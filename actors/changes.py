@@ -125,6 +125,11 @@ class ChangeHub:
         except TidelogError:
             return None
 
+    def _watched(self) -> bool:
+        """True while some session is watched (read from the feed's thread: a plain
+        attribute read)."""
+        return bool(self._events)
+
     def _from_feed(self, ids: set[str] | None) -> None:
         """A notification of the feed, on the trio thread."""
         self.feed_notifications += 1
@@ -147,7 +152,7 @@ class ChangeHub:
         self._feed = feed
         threading.Thread(
             target=_serve_feed,
-            args=(feed, stop, token, self._from_feed),
+            args=(feed, stop, token, self._from_feed, self._watched),
             name="tidelog change feed",
             daemon=True,
         ).start()
@@ -165,14 +170,19 @@ def _serve_feed(
     stop: threading.Event,
     token: trio.lowlevel.TrioToken,
     deliver: Callable[[set[str] | None], None],
+    watched: Callable[[], bool],
 ) -> None:
-    """The feed's thread: hand every notification to the trio thread until ``stop``."""
+    """The feed's thread: hand every notification to the trio thread until ``stop`` --
+    only while some session is watched (most notifications announce this runtime's own
+    commits, which nobody tails). Skipping one then is safe: a tailer takes its watch
+    *before* it reads the store, so a commit announced before the watch existed is one
+    its read already sees."""
     try:
         while not stop.is_set():
             ids = feed.wait(FEED_WAIT)
             if stop.is_set():
                 return
-            if ids is None or ids:
+            if (ids is None or ids) and watched():
                 try:
                     token.run_sync_soon(deliver, ids)
                 except trio.RunFinishedError:
