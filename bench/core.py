@@ -150,10 +150,18 @@ class Case:
     system: str
     run: Callable[[CaseContext], Metrics]
     requires: tuple[str, ...] = ()
+    #: What else the case needs, checked before it runs: the missing thing, or ``None``
+    #: (the PostgreSQL cases need a server).
+    needs: Callable[[], str | None] | None = None
 
     def missing(self) -> list[str]:
-        """The optional modules this case needs that are not installed."""
-        return [m for m in self.requires if not _installed(m)]
+        """The optional modules (or the service) this case needs that are not there."""
+        absent = [m for m in self.requires if not _installed(m)]
+        if not absent and self.needs is not None:
+            reason = self.needs()
+            if reason is not None:
+                absent.append(reason)
+        return absent
 
 
 def _installed(module: str) -> bool:
@@ -228,14 +236,19 @@ ROWS: list[Row] = []
 
 
 def case(
-    key: str, *, system: str, requires: Sequence[str] = ()
+    key: str,
+    *,
+    system: str,
+    requires: Sequence[str] = (),
+    needs: Callable[[], str | None] | None = None,
 ) -> Callable[[Callable[[CaseContext], Metrics]], Callable[[CaseContext], Metrics]]:
-    """Decorator: register ``fn`` as case ``key`` (unique), run for ``system``."""
+    """Decorator: register ``fn`` as case ``key`` (unique), run for ``system``; it needs the
+    modules ``requires`` and whatever ``needs()`` says is missing (``None``: nothing)."""
 
     def register(fn: Callable[[CaseContext], Metrics]) -> Callable[[CaseContext], Metrics]:
         if key in CASES:
             raise ValueError(f"case {key!r} is registered twice")
-        CASES[key] = Case(key, system, fn, tuple(requires))
+        CASES[key] = Case(key, system, fn, tuple(requires), needs)
         return fn
 
     return register

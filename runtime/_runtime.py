@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import math
 import os
 import uuid
@@ -52,6 +53,7 @@ from stores._checks import check_list_args
 from stores.records import MAX_ID_LENGTH, check_count, check_flag, validate_header
 from stores.sqlite_schema import Synchronous
 from stores.sqlite_schema import check_options as check_sqlite_options
+from stores.urls import is_postgres_url, open_postgres_url
 
 from ._folding import Watch
 from ._groups import plain_errors
@@ -657,8 +659,10 @@ async def open_runtime(
 
     ``target`` is a database path (an embedded :class:`~stores.SqliteStore` is opened with
     ``synchronous`` and ``busy_timeout_ms``, and closed at exit; an existing directory
-    opens a :class:`~stores.JsonlStore` the same way) or any
-    :class:`~stores.Store` instance (used as is; the caller keeps owning it).
+    opens a :class:`~stores.JsonlStore` the same way), a PostgreSQL URL
+    ``postgresql://...`` or ``postgres://...`` (a :class:`~stores.postgres.PostgresStore`,
+    likewise; a ``schema`` query parameter chooses its schema, see ``docs/many-machines.md``)
+    or any :class:`~stores.Store` instance (used as is; the caller keeps owning it).
 
     ``lease_ttl``: seconds a session lease lives without a heartbeat before another process
     may take it over. ``idle_timeout``: seconds an unused actor is kept. ``batch_window``:
@@ -680,7 +684,14 @@ async def open_runtime(
     _check_options(
         synchronous, busy_timeout_ms, lease_ttl, idle_timeout, batch_window, poll_interval
     )
-    if isinstance(target, str | os.PathLike):
+    if is_postgres_url(target):  # a PostgresStore (psycopg: the optional extra)
+        store: Store = await trio.to_thread.run_sync(
+            functools.partial(
+                open_postgres_url, target, synchronous=synchronous, busy_timeout_ms=busy_timeout_ms
+            )
+        )
+        owns_store = True
+    elif isinstance(target, str | os.PathLike):
         path = target
 
         def _open() -> Store:
@@ -697,7 +708,7 @@ async def open_runtime(
                 checkpoints="deferred" if synchronous == "normal" else "auto",
             )
 
-        store: Store = await trio.to_thread.run_sync(_open)
+        store = await trio.to_thread.run_sync(_open)
         owns_store = True
     elif isinstance(target, Store):
         store = target

@@ -21,6 +21,7 @@ from .errors import (
 )
 
 __all__ = [
+    "INFO_COLUMNS",
     "JSON",
     "MAX_BATCH_BYTES",
     "MAX_EVENT_BYTES",
@@ -40,6 +41,7 @@ __all__ = [
     "encode_json",
     "events_from_rows",
     "prepare_events",
+    "session_info",
     "validate_header",
     "validate_session_id",
 ]
@@ -427,6 +429,24 @@ def check_flag(value: object, name: str) -> bool:
     if value is not True and value is not False:
         raise InvalidArgumentError(f"{name} must be True or False, not {value!r}")
     return value
+
+
+#: The columns of a session row :func:`session_info` builds a :class:`SessionInfo` from,
+#: in this order: every SQL backend selects them so.
+INFO_COLUMNS = "id, head, created_at, updated_at, header, parent_id, parent_seq"
+
+
+def session_info(row: Sequence[Any]) -> SessionInfo:
+    """A :class:`SessionInfo` from an :data:`INFO_COLUMNS` row."""
+    session_id, head, created_at, updated_at, header_json, parent_id, parent_seq = row
+    try:
+        header = decode_json_object(header_json)
+    except ValueError as exc:  # InvalidArgumentError is one too
+        raise StoreCorruptError(
+            f"session {session_id!r}: the stored header is not a JSON object ({exc})"
+        ) from exc
+    parent = None if parent_id is None else (parent_id, parent_seq)
+    return SessionInfo(session_id, head, created_at, updated_at, header, parent)
 
 
 def events_from_rows(session_id: str, rows: Sequence[Sequence[Any]]) -> list[StoredEvent]:

@@ -42,12 +42,14 @@ from .contract import (
 )
 from .errors import ClosedError, ReadOnlyError, TidelogError
 from .records import (
+    INFO_COLUMNS,
     JSON,
     SessionInfo,
     StoredEvent,
     check_flag,
     check_seq,
     events_from_rows,
+    session_info,
     validate_session_id,
 )
 from .sqlite_base import in_savepoint, map_errors, one, transaction
@@ -376,9 +378,9 @@ class SqliteStore(SqliteLeases, SqliteMaintenance, BatchingStore):
         validate_session_id(session_id)
         with self._connection("stat") as conn:
             row = conn.execute(
-                f"SELECT {sqlops.INFO_COLUMNS} FROM sessions WHERE id=?", (session_id,)
+                f"SELECT {INFO_COLUMNS} FROM sessions WHERE id=?", (session_id,)
             ).fetchone()
-        return None if row is None else sqlops.session_info(row)
+        return None if row is None else session_info(row)
 
     @rereads
     def pin(self, session_id: str) -> Pin | None:
@@ -426,7 +428,7 @@ class SqliteStore(SqliteLeases, SqliteMaintenance, BatchingStore):
         sql, args = sqlops.list_query(limit, prefix, after, order)
         with self._connection("list_sessions") as conn:
             rows = conn.execute(sql, args).fetchall()
-        return [sqlops.session_info(r) for r in rows]
+        return [session_info(r) for r in rows]
 
     # -- projection checkpoints --------------------------------------------------------
 

@@ -37,30 +37,16 @@ from .errors import (
     TidelogError,
 )
 from .records import (
+    INFO_COLUMNS,
     PreparedEvent,
     SessionInfo,
     decode_json,
     decode_json_object,
     encode_id_list,
+    session_info,
 )
 from .sqlite_base import INSERT_EVENT, one
 from .sqlite_lineage import pieces, protect_children, ranges_of, read_rows
-
-#: The columns :func:`session_info` builds a :class:`SessionInfo` from.
-INFO_COLUMNS = "id, head, created_at, updated_at, header, parent_id, parent_seq"
-
-
-def session_info(row: Sequence[Any]) -> SessionInfo:
-    """A :class:`SessionInfo` from an :data:`INFO_COLUMNS` row."""
-    session_id, head, created_at, updated_at, header_json, parent_id, parent_seq = row
-    try:
-        header = decode_json_object(header_json)
-    except ValueError as exc:  # InvalidArgumentError is one too
-        raise StoreCorruptError(
-            f"session {session_id!r}: the stored header is not a JSON object ({exc})"
-        ) from exc
-    parent = None if parent_id is None else (parent_id, parent_seq)
-    return SessionInfo(session_id, head, created_at, updated_at, header, parent)
 
 
 def list_query(

@@ -1,9 +1,10 @@
-"""Shared fixtures: runtimes over both backends, and a fault-injecting store."""
+"""Shared fixtures: runtimes over every backend, and a fault-injecting store."""
 
 from __future__ import annotations
 
+import contextlib
 import pathlib
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import AbstractAsyncContextManager
 from typing import TYPE_CHECKING, Any
 
@@ -15,28 +16,84 @@ if TYPE_CHECKING:  # the runtime is imported by the fixtures that use it, not by
     from runtime import Runtime
 
 
-@pytest.fixture(params=["memory", "sqlite", "jsonl"])
+@pytest.fixture
+def pg_schema() -> Iterator[tuple[str, str]]:
+    """``(dsn, schema)``: a PostgreSQL schema of this test's own, dropped afterwards
+    (skips without a server, unless ``TIDELOG_REQUIRE_PG=1``; see ``tests/pgtest.py``)."""
+    from pgtest import fresh_schema
+
+    with fresh_schema() as found:
+        yield found
+
+
+@pytest.fixture
+def pg_where(pg_schema: tuple[str, str]) -> tuple[str, str]:
+    """``(dsn, schema)`` of this test (a schema of its own, dropped afterwards)."""
+    return pg_schema
+
+
+@pytest.fixture
+def pg_open(pg_where: tuple[str, str]) -> Iterator[Callable[..., Any]]:
+    """Open PostgresStores on the test's schema (each a connection of its own: another
+    host); all closed at teardown. ``dsn=`` and ``schema=`` override the test's."""
+    from stores.postgres import PostgresStore
+
+    dsn, schema = pg_where
+    opened: list[PostgresStore] = []
+
+    def make(**options: Any) -> PostgresStore:
+        options.setdefault("schema", schema)
+        store = PostgresStore(options.pop("dsn", dsn), **options)
+        opened.append(store)
+        return store
+
+    yield make
+    for store in opened:
+        store.close()
+
+
+@pytest.fixture
+def pg_raw(pg_where: tuple[str, str]) -> Iterator[Any]:
+    """A plain autocommit psycopg connection to the test's database (another host, an
+    administrator), its search path on the test's schema."""
+    import psycopg
+
+    dsn, schema = pg_where
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute(f"SET search_path = {schema}")
+        yield conn
+
+
+@pytest.fixture(params=["memory", "sqlite", "jsonl", "postgres"])
 def backend(request: pytest.FixtureRequest) -> str:
     """Run the test once per backend."""
     return str(request.param)
 
 
 @pytest.fixture
-def make_runtime(backend: str, tmp_path: pathlib.Path) -> RuntimeFactory:
-    """A factory of runtimes on the selected backend (one shared store per test)."""
+def make_runtime(backend: str, tmp_path: pathlib.Path) -> Iterator[RuntimeFactory]:
+    """A factory of runtimes on the selected backend (one shared store per test): a
+    MemoryStore, a SQLite file, a JSONL directory, or a PostgreSQL schema of the test's
+    own (opened by URL)."""
     from runtime import MemoryStore, open_runtime
 
     memory = MemoryStore()
+    with contextlib.ExitStack() as stack:
+        target: Any
+        if backend == "postgres":
+            from pgtest import fresh_schema, url_of
 
-    def factory(**options: Any) -> AbstractAsyncContextManager[Runtime]:
-        if backend == "memory":
-            return open_runtime(memory, **options)
-        if backend == "jsonl":  # a directory opens a JSONL store
-            (tmp_path / "rt.jsonl").mkdir(exist_ok=True)
-            return open_runtime(tmp_path / "rt.jsonl", **options)
-        return open_runtime(tmp_path / "rt.db", **options)
+            target = url_of(*stack.enter_context(fresh_schema()))
+        elif backend == "jsonl":  # a directory opens a JSONL store
+            target = tmp_path / "rt.jsonl"
+            target.mkdir(exist_ok=True)
+        else:
+            target = memory if backend == "memory" else tmp_path / "rt.db"
 
-    return factory
+        def factory(**options: Any) -> AbstractAsyncContextManager[Runtime]:
+            return open_runtime(target, **options)
+
+        yield factory
 
 
 @pytest.fixture

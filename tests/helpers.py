@@ -6,9 +6,10 @@ import contextlib
 from collections.abc import Callable, Sequence
 from contextlib import AbstractAsyncContextManager
 from pathlib import Path
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import apsw
+import pytest
 
 from runtime import JSON, MemoryStore, NewEvent, Runtime, StoredEvent
 from stores import BatchResult, StoreIOError, WriteOp
@@ -108,3 +109,21 @@ def all_threads_stopped(pid: int) -> bool:
             if stat.read_text().rsplit(")", 1)[1].split()[0] not in ("T", "t"):
                 return False
     return True
+
+
+def runtime_target(kind: str, tmp_path: Path, request: pytest.FixtureRequest) -> Any:
+    """What ``open_runtime`` takes for a backend ``kind``: ``"memory"`` a new MemoryStore,
+    ``"sqlite"`` a file under ``tmp_path``, ``"jsonl"`` a store directory under it,
+    ``"postgres"`` the URL of a PostgreSQL schema of the test's own (the ``pg_schema``
+    fixture: skipped without a server)."""
+    if kind == "memory":
+        return MemoryStore()
+    if kind == "sqlite":
+        return tmp_path / "rt.db"
+    if kind == "jsonl":
+        directory = tmp_path / "rt.jsonl"
+        directory.mkdir(exist_ok=True)
+        return directory
+    from pgtest import url_of
+
+    return url_of(*request.getfixturevalue("pg_schema"))

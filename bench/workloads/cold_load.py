@@ -89,7 +89,7 @@ def w3_load(args: dict[str, Any]) -> Metrics:
 # -- the parent -----------------------------------------------------------------------------
 
 
-async def _write_tidelog(path: Path, n: int) -> None:
+async def _write_tidelog(path: Path | str, n: int) -> None:
     async with open_runtime(path) as rt, rt.open_session(_SESSION, mode="write") as w:
         for first in range(0, n, _BATCH):
             count = min(_BATCH, n - first)

@@ -26,9 +26,8 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
-import apsw
 import trio
 
 from runtime import NewEvent, Runtime, open_runtime
@@ -43,6 +42,7 @@ __all__ = [
     "Gate",
     "RawGroupCommit",
     "raw_client",
+    "raw_run",
     "shape",
     "tidelog_client",
     "timed_clients",
@@ -144,8 +144,9 @@ def _repeat(ctx: CaseContext, once: Callable[[Path], _Run]) -> Metrics:
 class RawGroupCommit:
     """One writer task commits everything queued, one transaction per thread hop."""
 
-    def __init__(self, conn: apsw.Connection) -> None:
+    def __init__(self, conn: Any, insert: Callable[[Any, Any], None] = insert_rows) -> None:
         self._conn = conn
+        self._insert = insert
         self._limiter = trio.CapacityLimiter(1)
         self._queue: list[tuple[str, int, str]] = []
         self._waiters: list[trio.Event] = []
@@ -159,7 +160,7 @@ class RawGroupCommit:
             self._wake = trio.Event()
             batch, waiters = self._queue, self._waiters
             self._queue, self._waiters = [], []
-            await trio.to_thread.run_sync(insert_rows, self._conn, batch, limiter=self._limiter)
+            await trio.to_thread.run_sync(self._insert, self._conn, batch, limiter=self._limiter)
             self.batches += 1
             self.rows += len(batch)
             for waiter in waiters:
@@ -196,19 +197,23 @@ async def tidelog_client(rt: Runtime, gate: Gate, session: str, appends: int) ->
 async def _raw_main(path: Path, synchronous: RawSync, sessions: int, appends: int) -> _Run:
     conn = open_raw(path, synchronous)
     try:
-        loop = RawGroupCommit(conn)
-        gate = Gate(sessions)
-
-        def spawn(nursery: trio.Nursery) -> None:
-            for i in range(sessions):
-                nursery.start_soon(raw_client, loop, gate, f"session-{i}", appends)
-
-        async with trio.open_nursery() as writer_nursery:
-            writer_nursery.start_soon(loop.run_writer)
-            elapsed, probe = await timed_clients(gate, spawn)
-            writer_nursery.cancel_scope.cancel()
+        return await raw_run(RawGroupCommit(conn), sessions, appends)
     finally:
         conn.close()
+
+
+async def raw_run(loop: RawGroupCommit, sessions: int, appends: int) -> _Run:
+    """One repetition of the raw clients on ``loop``."""
+    gate = Gate(sessions)
+
+    def spawn(nursery: trio.Nursery) -> None:
+        for i in range(sessions):
+            nursery.start_soon(raw_client, loop, gate, f"session-{i}", appends)
+
+    async with trio.open_nursery() as writer_nursery:
+        writer_nursery.start_soon(loop.run_writer)
+        elapsed, probe = await timed_clients(gate, spawn)
+        writer_nursery.cancel_scope.cancel()
     return _Run(elapsed, sessions * appends, loop.batches, loop.rows, probe.samples)
 
 
@@ -228,7 +233,7 @@ def _raw_case(synchronous: RawSync) -> Callable[[CaseContext], Metrics]:
 Level = Literal["normal", "full"]
 
 
-async def _tidelog_main(path: Path, synchronous: Level, sessions: int, appends: int) -> _Run:
+async def _tidelog_main(path: Path | str, synchronous: Level, sessions: int, appends: int) -> _Run:
     async with open_runtime(path, synchronous=synchronous) as rt:
         gate = Gate(sessions)
 

@@ -123,7 +123,7 @@ def _combine(solo: Metrics, both: Metrics) -> Metrics:
 # -- tidelog --------------------------------------------------------------------------------
 
 
-async def _tidelog_phase(path: Path, count: int, with_reader: bool) -> Metrics:
+async def _tidelog_phase(path: Path | str, count: int, with_reader: bool) -> Metrics:
     async with open_runtime(path) as rt, rt.open_session(_SESSION, mode="write") as w:
         await w.append([NewEvent("message", PAYLOAD) for _ in range(SEED)])
 

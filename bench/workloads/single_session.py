@@ -129,7 +129,7 @@ case("W1b/raw-full-100", system="raw apsw 100 rows per transaction (FULL)")(
 # -- tidelog --------------------------------------------------------------------------------
 
 
-async def _tidelog(path: Path, synchronous: Level, n: int, nowait: bool) -> Metrics:
+async def _tidelog(path: Path | str, synchronous: Level, n: int, nowait: bool) -> Metrics:
     async with (
         open_runtime(path, synchronous=synchronous) as rt,
         rt.open_session(_SESSION, mode="write") as w,

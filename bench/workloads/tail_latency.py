@@ -175,7 +175,7 @@ def w6_writer(args: dict[str, Any]) -> Metrics:
     return trio.run(main)
 
 
-async def _tidelog_cross(path: Path, n: int) -> Metrics:
+async def _tidelog_cross(path: Path | str, n: int) -> Metrics:
     latencies: list[float] = []
     async with open_runtime(path) as rt:
         async with rt.open_session(_SESSION, mode="write") as w:

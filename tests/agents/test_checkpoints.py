@@ -11,12 +11,12 @@ from typing import Literal
 
 import pytest
 import trio
+from helpers import runtime_target
 
 from runtime import (
     JSON,
     CommitPendingError,
     InvalidArgumentError,
-    MemoryStore,
     open_runtime,
 )
 from runtime.agents import (
@@ -43,13 +43,13 @@ from runtime.agents import (
 ENTRIES: list[Entry] = [UserMessage("hi"), ToolCall("c1", "t", {"a": 1}), ToolResult("c1", "ok")]
 
 
-@pytest.fixture(params=["memory", "runtime-memory", "runtime-sqlite"])
+@pytest.fixture(params=["memory", "runtime-memory", "runtime-sqlite", "runtime-postgres"])
 async def cp(request: pytest.FixtureRequest, tmp_path: pathlib.Path) -> AsyncIterator[Checkpointer]:
     """A checkpointer per implementation."""
     if request.param == "memory":
         yield MemoryCheckpointer()
         return
-    target = MemoryStore() if request.param == "runtime-memory" else tmp_path / "c.db"
+    target = runtime_target(request.param.removeprefix("runtime-"), tmp_path, request)
     async with open_runtime(target) as rt:
         yield checkpoints(rt)
 

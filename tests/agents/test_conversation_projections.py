@@ -6,14 +6,15 @@ import pathlib
 from collections.abc import AsyncIterator
 
 import pytest
+from helpers import runtime_target
 
 from runtime import NewEvent, Runtime, open_runtime
 from runtime.agents import agent_projections
 
 
-@pytest.fixture
-async def rt(tmp_path: pathlib.Path) -> AsyncIterator[Runtime]:
-    async with open_runtime(tmp_path / "p.db") as runtime:
+@pytest.fixture(params=["sqlite", "postgres"])
+async def rt(request: pytest.FixtureRequest, tmp_path: pathlib.Path) -> AsyncIterator[Runtime]:
+    async with open_runtime(runtime_target(request.param, tmp_path, request)) as runtime:
         for projection in agent_projections():
             runtime.register_projection(projection)
         yield runtime

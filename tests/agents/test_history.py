@@ -8,11 +8,11 @@ from collections.abc import AsyncIterator
 
 import pytest
 import trio
+from helpers import runtime_target
 
 from runtime import (
     JSON,
     InvalidArgumentError,
-    MemoryStore,
     Runtime,
     SnapshotExpiredError,
     open_runtime,
@@ -36,14 +36,14 @@ from runtime.agents import (
 Setup = tuple[MemoryHistory | RuntimeHistory, Checkpointer, Runtime | None]
 
 
-@pytest.fixture(params=["memory", "runtime-memory", "runtime-sqlite"])
+@pytest.fixture(params=["memory", "runtime-memory", "runtime-sqlite", "runtime-postgres"])
 async def setup(request: pytest.FixtureRequest, tmp_path: pathlib.Path) -> AsyncIterator[Setup]:
     """A history with its checkpointer (and runtime, if any), per implementation."""
     if request.param == "memory":
         cp = MemoryCheckpointer()
         yield MemoryHistory(checkpointer=cp), cp, None
         return
-    target = MemoryStore() if request.param == "runtime-memory" else tmp_path / "h.db"
+    target = runtime_target(request.param.removeprefix("runtime-"), tmp_path, request)
     async with open_runtime(target) as rt:
         yield history(rt), checkpoints(rt), rt
 

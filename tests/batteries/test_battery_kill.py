@@ -11,7 +11,10 @@ After each kill the parent checks the database:
 * the integrity check passes;
 * the lease is recoverable: a new writer opens every session at once (same host, dead
   pid), or -- for a writer pretending to be on another host -- as soon as its lease
-  expired, and not before.
+  expired, and not before (on PostgreSQL: at once too, the server having released the
+  dead writer's advisory lock).
+
+It runs on a SQLite file and on a PostgreSQL schema (when a server is there).
 
 Then scripted agent runs are killed at random moments and resumed to completion.
 CI: 20 kills (+1 agent run); soak (``TIDELOG_SOAK=1``): 200 kills (+10 agent runs).
@@ -38,6 +41,7 @@ from helpers import num, text
 from runtime import (
     SessionOwnedError,
     SqliteStore,
+    Store,
     open_runtime,
 )
 from runtime.agents import ToolCall, ToolResult
@@ -65,7 +69,37 @@ def parse_acks(path: Path) -> dict[str, int]:
     return acked
 
 
-def check_log(store: SqliteStore | JsonlStore, sid: str, acked: int) -> int:
+#: Where the battery writes: a SQLite file, a JSONL directory, or the URL of a PostgreSQL schema.
+Target = Path | str
+
+
+@pytest.fixture(params=["sqlite", "jsonl", "postgres"])
+def target(request: pytest.FixtureRequest, tmp_path: Path) -> Target:
+    """The database of the battery, per backend."""
+    if request.param == "sqlite":
+        return tmp_path / "kill.db"
+    if request.param == "jsonl":
+        (tmp_path / "kill.jsonl").mkdir()
+        return tmp_path / "kill.jsonl"
+    from pgtest import url_of
+
+    return url_of(*request.getfixturevalue("pg_schema"))
+
+
+def open_store(db: Target) -> Store:
+    """A store on the battery's database (a SQLite file is integrity-checked first)."""
+    if isinstance(db, Path) and db.is_dir():
+        return JsonlStore(db)
+    if isinstance(db, Path):
+        store = SqliteStore(db, integrity_check_on_open=True)
+        assert store.check_integrity() == (True, "ok")
+        return store
+    from stores.postgres import PostgresStore
+
+    return PostgresStore.from_url(db)
+
+
+def check_log(store: Store, sid: str, acked: int) -> int:
     """Check one session's log (see the module doc); return its head."""
     events = store.read(sid)
     seqs = [e.seq for e in events]
@@ -90,11 +124,10 @@ def check_log(store: SqliteStore | JsonlStore, sid: str, acked: int) -> int:
     return head
 
 
-def verify(db: Path, acked: dict[str, int]) -> dict[str, int]:
+def verify(db: Target, acked: dict[str, int]) -> dict[str, int]:
     """Check every session after a kill; return the heads."""
-    store = JsonlStore(db) if db.is_dir() else SqliteStore(db, integrity_check_on_open=True)
+    store = open_store(db)
     try:
-        assert store.check_integrity() == (True, "ok")
         return {sid: check_log(store, sid, acked.get(sid, 0)) for sid in SESSIONS}
     finally:
         store.close()
@@ -108,7 +141,7 @@ def lease_expiries(db: Path) -> dict[str, float]:
         conn.close()
 
 
-async def open_all(db: Path) -> None:
+async def open_all(db: Target) -> None:
     """Open every session for write at once (no retry) and close again: each writer
     starts at the committed head (nothing of the dead writer is pending)."""
     async with open_runtime(db) as rt:
@@ -170,7 +203,7 @@ async def spawned(
             await proc.wait()
 
 
-async def one_kill(tmp_path: Path, db: Path, cycle: int, rng: random.Random) -> dict[str, int]:
+async def one_kill(tmp_path: Path, db: Target, cycle: int, rng: random.Random) -> dict[str, int]:
     remote = cycle % REMOTE_EVERY == REMOTE_EVERY - 1
     out, err = tmp_path / f"w{cycle}.out", tmp_path / f"w{cycle}.err"
     argv = python_child("battery_writer.py", "write", str(db), str(rng.randrange(1 << 30)))
@@ -190,17 +223,18 @@ async def one_kill(tmp_path: Path, db: Path, cycle: int, rng: random.Random) -> 
     assert "Traceback" not in err.read_text(), err.read_text()
     acked = parse_acks(out)
     heads = verify(db, acked)
-    if remote and is_ready(out) and db.suffix == ".db":  # a JSONL lock dies with its holder
+    # A JSONL lock dies with its holder, "remote" or not; PostgreSQL takes any dead holder over.
+    if remote and is_ready(out) and isinstance(db, Path) and db.suffix == ".db":
         await check_remote_lease(db, killed_at)
     else:
-        await open_all(db)  # the dead local holder is taken over at once
+        await open_all(db)  # the dead holder (local, or on PostgreSQL any) is taken over at once
     out.unlink()
     err.unlink()
     return {"acked": sum(acked.values()), "stored": sum(heads.values())}
 
 
-def check_agent_run(db: Path, workdir: Path, run_id: str, session: str) -> None:
-    store = JsonlStore(db) if db.is_dir() else SqliteStore(db)
+def check_agent_run(db: Target, workdir: Path, run_id: str, session: str) -> None:
+    store = open_store(db)
     try:
         stored = store.read(session)
     finally:
@@ -218,7 +252,7 @@ def check_agent_run(db: Path, workdir: Path, run_id: str, session: str) -> None:
         assert executions[f"{run_id} charge {amount}"] <= 1, executions
 
 
-async def agent_cycle(tmp_path: Path, db: Path, k: int, rng: random.Random) -> bool:
+async def agent_cycle(tmp_path: Path, db: Target, k: int, rng: random.Random) -> bool:
     """Kill a scripted run at a random moment, resume it; True if the kill hit the run."""
     run_id, session = f"run-{k}", f"conversation-{k}"
     argv = python_child(
@@ -251,16 +285,14 @@ async def agent_cycle(tmp_path: Path, db: Path, k: int, rng: random.Random) -> b
     return hit
 
 
-@pytest.mark.parametrize("backend", ["sqlite", "jsonl"])
 @pytest.mark.parametrize(("kills", "agent_runs"), [(size(20, 200), size(1, 10))])
 async def test_sigkill_loses_no_acknowledged_event(
-    tmp_path: Path, kills: int, agent_runs: int, backend: str
+    tmp_path: Path, target: Target, kills: int, agent_runs: int
 ) -> None:
     """SIGKILL at random moments loses no acknowledged event, tears no batch, strands no lease
-    (JSONL: a directory; its kernel locks die with the writer, "remote" writers included)."""
-    db = tmp_path / ("kill.db" if backend == "sqlite" else "kill.jsonl")
-    if backend == "jsonl":
-        db.mkdir()
+    (JSONL: its kernel locks die with the writer, "remote" writers included; PostgreSQL: a
+    dead holder is taken over at once)."""
+    db = target
     rng = random.Random(MASTER_SEED)
     acked = stored = 0
     for cycle in range(kills):
@@ -271,6 +303,7 @@ async def test_sigkill_loses_no_acknowledged_event(
     for k in range(agent_runs):
         hits += await agent_cycle(tmp_path, db, k, rng)
     assert verify(db, before) == before  # the runs touched none of the writer's sessions
+    backend = "postgres" if isinstance(db, str) else "jsonl" if db.is_dir() else "sqlite"
     record(
         "kill",
         backend=backend,

@@ -44,6 +44,7 @@ from hypothesis.stateful import (
     rule,
     run_state_machine_as_test,
 )
+from pgtest import drop_schema, new_schema, optional_pg, test_dsn, url_of
 
 from runtime import (
     ConflictError,
@@ -65,6 +66,7 @@ EXAMPLES = size(50, 500)
 STEPS = size(40, 80)
 #: Session ids, including SQL metacharacters and path tricks (ids are data).
 SIDS = ["a", "b", "c'; DROP TABLE events; --", "../d%_", "fork-1", "fork-2"]
+#: The runtimes compared with the model (PostgreSQL too when a server is there).
 SIDES = ("memory", "sqlite")
 CALL_TIMEOUT = 60.0
 #: Rule arguments recorded in the trace.
@@ -158,12 +160,15 @@ def new_events(batch: Sequence[Event]) -> list[NewEvent]:
 # -- the machine -------------------------------------------------------------------------
 
 
-def make_machine(driver: Driver, stats: dict[str, int]) -> type[RuleBasedStateMachine]:
+def make_machine(
+    driver: Driver, stats: dict[str, int], sides: tuple[str, ...] = SIDES
+) -> type[RuleBasedStateMachine]:
     class RuntimeMachine(RuleBasedStateMachine):
         def __init__(self) -> None:
             super().__init__()
             self.dir = Path(tempfile.mkdtemp(prefix="tidelog-model-"))
             self.memory = MemoryStore()
+            self.pg_schema = new_schema() if "postgres" in sides else ""
             self.model: dict[str, ModelSession] = {}
             self.writer_cms: dict[str, dict[str, AbstractAsyncContextManager[SessionWriter]]] = {}
             self.writers: dict[str, dict[str, SessionWriter]] = {}
@@ -178,26 +183,28 @@ def make_machine(driver: Driver, stats: dict[str, int]) -> type[RuleBasedStateMa
         # -- plumbing ------------------------------------------------------------------
 
         async def _open_runtimes(self) -> None:
-            targets: dict[str, MemoryStore | Path] = {
+            targets: dict[str, MemoryStore | Path | str] = {
                 "memory": self.memory,
                 "sqlite": self.dir / "model.db",
             }
-            for side in SIDES:  # opened memory first, sqlite second: closed in reverse
+            if self.pg_schema:
+                targets["postgres"] = url_of(test_dsn(), self.pg_schema)
+            for side in sides:  # opened memory first, sqlite second: closed in reverse
                 cm = open_runtime(targets[side])
                 self.rts[side] = await cm.__aenter__()
                 self.rt_cms[side] = cm
 
         async def _close_all(self) -> None:
             for snap in self.snaps:
-                for side in SIDES:
+                for side in sides:
                     await snap.cms[side].__aexit__(None, None, None)
             self.snaps.clear()
             for sid in list(self.writer_cms):
-                for side in SIDES:
+                for side in sides:
                     await self.writer_cms[sid][side].__aexit__(None, None, None)
             self.writer_cms.clear()
             self.writers.clear()
-            for side in reversed(SIDES):
+            for side in reversed(sides):
                 cm = self.rt_cms.pop(side, None)
                 if cm is not None:
                     await cm.__aexit__(None, None, None)
@@ -207,7 +214,7 @@ def make_machine(driver: Driver, stats: dict[str, int]) -> type[RuleBasedStateMa
             """Run ``fn(side)`` for each side; the outcomes (values or errors)."""
 
             async def run() -> dict[str, outcome.Outcome[Any]]:
-                return {side: await outcome.acapture(fn, side) for side in SIDES}
+                return {side: await outcome.acapture(fn, side) for side in sides}
 
             stats["steps"] += 1
             caller = sys._getframe(1)
@@ -239,6 +246,8 @@ def make_machine(driver: Driver, stats: dict[str, int]) -> type[RuleBasedStateMa
                 driver(self._close_all)
             finally:
                 shutil.rmtree(self.dir, ignore_errors=True)
+                if self.pg_schema:
+                    drop_schema(test_dsn(), self.pg_schema)
 
         # -- rules ---------------------------------------------------------------------
 
@@ -260,7 +269,7 @@ def make_machine(driver: Driver, stats: dict[str, int]) -> type[RuleBasedStateMa
             heads = self.values(enter)
             self.writer_cms[sid] = cms
             s = self.model.setdefault(sid, ModelSession())
-            assert heads == {side: len(s.accepted) for side in SIDES}
+            assert heads == {side: len(s.accepted) for side in sides}
 
         @precondition(lambda self: self.writers)
         @rule(data=st.data())
@@ -286,7 +295,7 @@ def make_machine(driver: Driver, stats: dict[str, int]) -> type[RuleBasedStateMa
             s.accepted += batch
             if batch:  # an empty batch returns the accepted head at once, waiting for nothing
                 s.durable = len(s.accepted)
-            assert got == {side: len(s.accepted) for side in SIDES}
+            assert got == {side: len(s.accepted) for side in sides}
 
         @precondition(lambda self: self.writers)
         @rule(data=st.data(), batch=batches)
@@ -301,7 +310,7 @@ def make_machine(driver: Driver, stats: dict[str, int]) -> type[RuleBasedStateMa
             got = self.values(call)
             first = len(s.accepted) + 1
             s.accepted += batch
-            assert got == {side: (first, len(s.accepted)) for side in SIDES}
+            assert got == {side: (first, len(s.accepted)) for side in sides}
 
         @precondition(lambda self: self.writers)
         @rule(data=st.data())
@@ -324,12 +333,12 @@ def make_machine(driver: Driver, stats: dict[str, int]) -> type[RuleBasedStateMa
             to_seq = max(0, len(s.accepted) - back)
             removed = max(0, len(s.accepted) - to_seq)
             got = self.values(lambda side: self.writers[sid][side].truncate(to_seq))
-            assert got == {side: removed for side in SIDES}
+            assert got == {side: removed for side in sides}
             if removed:
                 del s.accepted[to_seq:]
                 for snap in self.snaps:
                     if snap.session_id == sid:
-                        for side in SIDES:
+                        for side in sides:
                             if to_seq < len(snap.contents[side]):
                                 snap.expired[side] = True
             s.durable = len(s.accepted)
@@ -341,11 +350,11 @@ def make_machine(driver: Driver, stats: dict[str, int]) -> type[RuleBasedStateMa
                 return
 
             got = self.values(lambda side: self.rts[side].delete(sid))
-            assert got == {side: sid in self.model for side in SIDES}
+            assert got == {side: sid in self.model for side in sides}
             self.model.pop(sid, None)
             for snap in self.snaps:
                 if snap.session_id == sid:
-                    snap.expired = dict.fromkeys(SIDES, True)
+                    snap.expired = dict.fromkeys(sides, True)
 
         @rule(data=st.data(), back=st.none() | st.integers(-1, 3), wild=st.integers(0, 3))
         def fork(self, data: st.DataObject, back: int | None, wild: int) -> None:
@@ -408,7 +417,7 @@ def make_machine(driver: Driver, stats: dict[str, int]) -> type[RuleBasedStateMa
             for side, snap in snaps.items():
                 assert s.durable <= snap.as_of_seq <= len(s.accepted), (side, snap.as_of_seq, s)
                 contents[side] = s.accepted[: snap.as_of_seq]
-            self.snaps.append(Snap(sid, cms, snaps, contents, dict.fromkeys(SIDES, False)))
+            self.snaps.append(Snap(sid, cms, snaps, contents, dict.fromkeys(sides, False)))
 
         @precondition(lambda self: self.snaps)
         @rule(
@@ -523,11 +532,13 @@ def make_machine(driver: Driver, stats: dict[str, int]) -> type[RuleBasedStateMa
 
 @pytest.mark.parametrize("examples", [EXAMPLES])
 async def test_runtimes_agree_with_model(examples: int) -> None:
-    """A MemoryStore runtime, a SQLite runtime and a Python model agree after every step."""
+    """A MemoryStore runtime, a SQLite runtime, a PostgreSQL runtime (when a server is
+    there) and a Python model agree after every step."""
     stats = {"examples": 0, "steps": 0, "reopens": 0, "forks": 0}
     send, receive = trio.open_memory_channel[Any](math.inf)
     driver = Driver(send)
-    machine = make_machine(driver, stats)
+    sides = SIDES + (("postgres",) if optional_pg() else ())
+    machine = make_machine(driver, stats, sides)
     config = settings(
         max_examples=examples,
         stateful_step_count=STEPS,

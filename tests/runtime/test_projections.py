@@ -8,7 +8,7 @@ from collections.abc import AsyncIterator
 import pytest
 import trio
 import trio.testing
-from helpers import share_state
+from helpers import runtime_target, share_state
 
 from runtime import (
     JSON,
@@ -41,9 +41,9 @@ class Counting(Projection):
         return state + 1
 
 
-@pytest.fixture
-async def rt(tmp_path: pathlib.Path) -> AsyncIterator[Runtime]:
-    async with open_runtime(tmp_path / "p.db") as runtime:
+@pytest.fixture(params=["sqlite", "postgres"])
+async def rt(request: pytest.FixtureRequest, tmp_path: pathlib.Path) -> AsyncIterator[Runtime]:
+    async with open_runtime(runtime_target(request.param, tmp_path, request)) as runtime:
         yield runtime
 
 

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import pathlib
 
+import pytest
+
 from stores import MemoryStore, SqliteStore, Store
 from stores.conformance import DurableStoreConformance, StoreConformance
 from stores.jsonl import JsonlStore
@@ -36,3 +38,23 @@ class TestJsonlStore(DurableStoreConformance):
     def reopen_store(self, store: Store, tmp_path: pathlib.Path) -> Store | None:
         store.close()
         return JsonlStore(tmp_path / "store")
+
+
+class TestPostgresStore(DurableStoreConformance):
+    """The PostgreSQL (psycopg) backend, each test in a schema of its own."""
+
+    @pytest.fixture(autouse=True)
+    def _schema(self, pg_schema: tuple[str, str]) -> None:
+        self._dsn, self._schema_name = pg_schema
+
+    def _open(self) -> Store:
+        from stores.postgres import PostgresStore
+
+        return PostgresStore(self._dsn, schema=self._schema_name)
+
+    def make_store(self, tmp_path: pathlib.Path) -> Store:  # noqa: ARG002 (a schema, no files)
+        return self._open()
+
+    def reopen_store(self, store: Store, tmp_path: pathlib.Path) -> Store | None:  # noqa: ARG002
+        store.close()
+        return self._open()

@@ -1,0 +1,347 @@
+"""W1, W2 and W9 on PostgreSQL (rows ``W1pg``, ``W2pg``, ``W9pg``).
+
+The same workloads as on SQLite (``single_session``, ``group_commit``, ``multiprocess``),
+on a PostgreSQL schema of their own per measurement (:mod:`bench.pg`): tidelog is
+``open_runtime("postgresql://...?schema=...")`` running the very same client code; the
+reference is plain psycopg (:mod:`bench.pg`: one statement, one round trip, one
+transaction per write), reached from trio through a thread hop per write:
+
+* **W1pg**: 5,000 awaited appends of one event to one session, per-row commits, at
+  ``synchronous_commit = on`` (FULL: tidelog ``synchronous="full"``) and ``off`` (NORMAL:
+  tidelog's default); the alternatives on PostgreSQL (:mod:`bench.alternatives_pg`), FULL.
+* **W2pg**: 100 sessions x 50 awaited appends, the raw reference being W2's group-commit
+  loop on psycopg -- one writer task commits every queued row of every session in one
+  transaction (one statement) per thread hop; FULL and NORMAL; the alternatives (FULL).
+  Across processes: 4 processes x 25 sessions (FULL), one runtime (or raw loop) each.
+* **W9pg**: the event-loop lag during W2pg.
+
+Each case reports "not installed" without a server or psycopg.
+"""
+
+from __future__ import annotations
+
+import functools
+import time
+from collections.abc import Callable
+from typing import Any
+
+import trio
+
+from ..alternatives_pg import ALL_PG, PgAlternative
+from ..core import PAYLOAD, CaseContext, LagProbe, Metrics, Row, Target, case, encode_payload, rows
+from ..pg import PgLevel, insert_rows_pg, open_raw_pg, pg_schema, unavailable, url_of
+from ..procs import run_together, worker
+from . import group_commit, multiprocess, single_session
+from .group_commit import Gate, RawGroupCommit, raw_client, shape
+from .single_session import Level
+
+__all__ = ["LEVELS"]
+
+#: (tidelog's synchronous, PostgreSQL's synchronous_commit, the label)
+LEVELS: tuple[tuple[Level, PgLevel, str], ...] = (
+    ("full", "on", "FULL"),
+    ("normal", "off", "NORMAL"),
+)
+
+
+def pg_case(key: str, system: str, requires: tuple[str, ...] = ()) -> Any:
+    """Register a PostgreSQL case (not run without a server)."""
+    return case(key, system=system, requires=("psycopg", *requires), needs=unavailable)
+
+
+# -- W1pg -----------------------------------------------------------------------------------
+
+
+async def _raw_w1(dsn: str, schema: str, level: PgLevel, n: int) -> Metrics:
+    conn = open_raw_pg(dsn, schema, level)
+    try:
+        limiter = trio.CapacityLimiter(1)
+        start = time.perf_counter()
+        for seq in range(1, n + 1):
+            row = [("s", seq, encode_payload(PAYLOAD))]
+            await trio.to_thread.run_sync(insert_rows_pg, conn, row, limiter=limiter)
+        elapsed = time.perf_counter() - start
+    finally:
+        conn.close()
+    return {"appends_per_s": n / elapsed, "events_per_s": n / elapsed, "elapsed_s": elapsed}
+
+
+def _w1_raw(level: PgLevel) -> Callable[[CaseContext], Metrics]:
+    def run(ctx: CaseContext) -> Metrics:
+        with pg_schema() as (dsn, schema):
+            return trio.run(_raw_w1, dsn, schema, level, single_session.count(ctx))
+
+    return run
+
+
+def _w1_tidelog(synchronous: Level) -> Callable[[CaseContext], Metrics]:
+    def run(ctx: CaseContext) -> Metrics:
+        with pg_schema() as where:
+            n = single_session.count(ctx)
+            return trio.run(single_session._tidelog, url_of(*where), synchronous, n, False)
+
+    return run
+
+
+def _w1_alternative(alt: PgAlternative) -> Callable[[CaseContext], Metrics]:
+    def run(ctx: CaseContext) -> Metrics:
+        with pg_schema() as (dsn, schema):
+            return alt.one_session(dsn, schema, single_session.count(ctx))
+
+    return run
+
+
+# -- W2pg in one process --------------------------------------------------------------------
+
+
+async def _raw_w2(dsn: str, schema: str, level: PgLevel, sessions: int, appends: int) -> Any:
+    conn = open_raw_pg(dsn, schema, level)
+    try:
+        return await group_commit.raw_run(RawGroupCommit(conn, insert_rows_pg), sessions, appends)
+    finally:
+        conn.close()
+
+
+def _pooled(runs: list[Any]) -> Metrics:
+    """W2's metrics over repetitions (see ``group_commit._repeat``)."""
+    elapsed = sum(r.elapsed for r in runs)
+    events = sum(r.events for r in runs)
+    batches = sum(r.batches for r in runs)
+    probe = LagProbe()
+    probe.samples = [x for r in runs for x in r.lag]
+    return {
+        "events_per_s": events / elapsed,
+        "elapsed_s": elapsed,
+        "events": float(events),
+        "batches": float(batches),
+        "mean_batch": sum(r.batch_events for r in runs) / batches if batches else 0.0,
+        **probe.metrics(),
+    }
+
+
+def _w2(system: str, synchronous: Level, level: PgLevel) -> Callable[[CaseContext], Metrics]:
+    def run(ctx: CaseContext) -> Metrics:
+        sessions, appends = shape(ctx)
+        runs = []
+        for _ in range(group_commit.REPEATS):
+            with pg_schema() as (dsn, schema):
+                if system == "raw":
+                    runs.append(trio.run(_raw_w2, dsn, schema, level, sessions, appends))
+                else:
+                    url = url_of(dsn, schema)
+                    main = group_commit._tidelog_main
+                    runs.append(trio.run(main, url, synchronous, sessions, appends))
+        return _pooled(runs)
+
+    return run
+
+
+def _w2_alternative(alt: PgAlternative) -> Callable[[CaseContext], Metrics]:
+    def run(ctx: CaseContext) -> Metrics:
+        sessions, appends = shape(ctx)
+        with pg_schema() as (dsn, schema):
+            return alt.many_sessions(dsn, schema, sessions, appends)
+
+    return run
+
+
+# -- W2pg across processes ------------------------------------------------------------------
+
+
+async def _raw_w2_child(dsn: str, schema: str, prefix: str, sessions: int, appends: int) -> Metrics:
+    out: Metrics = {}
+    conn = open_raw_pg(dsn, schema, "on")
+    try:
+        loop = RawGroupCommit(conn, insert_rows_pg)
+        async with trio.open_nursery() as writer_nursery:
+            writer_nursery.start_soon(loop.run_writer)
+            for r in range(multiprocess.REPEATS):
+                gate = Gate(sessions)
+                append_all = functools.partial(raw_client, loop, gate, appends=appends)
+                ids = [f"{prefix}-r{r}-session-{i}" for i in range(sessions)]
+                out[f"start_{r}"], out[f"end_{r}"] = await multiprocess._clients(
+                    gate, ids, append_all
+                )
+            writer_nursery.cancel_scope.cancel()
+    finally:
+        conn.close()
+    out["batches"] = float(loop.batches)
+    return out
+
+
+@worker("w2pg-raw-process")
+def w2pg_raw_process(args: dict[str, Any]) -> Metrics:
+    """One raw W2pg process: ``dsn``, ``schema``, ``prefix``, ``sessions``, ``appends``."""
+    return trio.run(
+        _raw_w2_child,
+        args["dsn"],
+        args["schema"],
+        args["prefix"],
+        args["sessions"],
+        args["appends"],
+    )
+
+
+def _w2_processes(system: str) -> Callable[[CaseContext], Metrics]:
+    def run(ctx: CaseContext) -> Metrics:
+        appends = ctx.n(50)
+        per = multiprocess.SESSIONS_PER_PROCESS
+        with pg_schema() as (dsn, schema):
+            if system == "raw":
+                open_raw_pg(dsn, schema, "on").close()
+                name, base = "w2pg-raw-process", {"dsn": dsn, "schema": schema}
+            else:
+                url = url_of(dsn, schema)
+                multiprocess._prepare(url, "tidelog")  # type: ignore[arg-type]
+                name, base = "w2-process", {"system": "tidelog", "path": url}
+            specs = [
+                (name, {**base, "prefix": f"p{p}", "sessions": per, "appends": appends})
+                for p in range(multiprocess.PROCESSES)
+            ]
+            results = run_together(specs, barriers=multiprocess.REPEATS)
+        spans = [
+            max(r[f"end_{i}"] for r in results) - min(r[f"start_{i}"] for r in results)
+            for i in range(multiprocess.REPEATS)
+        ]
+        events = float(multiprocess.REPEATS * multiprocess.PROCESSES * per * appends)
+        return {
+            "events_per_s": events / sum(spans),
+            "elapsed_s": sum(spans),
+            "events": events,
+            "batches": sum(r["batches"] for r in results),
+        }
+
+    return run
+
+
+# -- registration ---------------------------------------------------------------------------
+
+for _tl, _pg, _label in LEVELS:
+    pg_case(f"W1pg/raw-{_tl}", f"raw psycopg per-row commit ({_label})")(_w1_raw(_pg))
+    pg_case(f"W1pg/tidelog-{_tl}", f"tidelog on PostgreSQL (synchronous={_tl})")(_w1_tidelog(_tl))
+    pg_case(f"W2pg/raw-{_tl}", f"raw psycopg group-commit ({_label})")(_w2("raw", _tl, _pg))
+    pg_case(f"W2pg/tidelog-{_tl}", f"tidelog on PostgreSQL (synchronous={_tl})")(
+        _w2("tidelog", _tl, _pg)
+    )
+for _alt in ALL_PG:
+    pg_case(f"W1pg/{_alt.key}", f"{_alt.system} (sync, called directly)", _alt.requires)(
+        _w1_alternative(_alt)
+    )
+    pg_case(f"W2pg/{_alt.key}", f"{_alt.system} (sync, in trio threads)", _alt.requires)(
+        _w2_alternative(_alt)
+    )
+pg_case("W2pg/4proc-raw", "raw psycopg group-commit per process (FULL)")(_w2_processes("raw"))
+pg_case("W2pg/4proc-tidelog", "tidelog on PostgreSQL (synchronous=full), one runtime per process")(
+    _w2_processes("tidelog")
+)
+
+
+_W1 = "W1pg 1 session x 5,000 awaited appends"
+_W2 = "W2pg 100 sessions x 50 awaited appends"
+_W9 = "W9pg loop lag during W2pg"
+for _tl, _, _label in LEVELS:
+    _raw1, _t1 = f"W1pg/raw-{_tl}", f"W1pg/tidelog-{_tl}"
+    rows(
+        Row("W1pg", f"{_W1}, {_label}", _raw1, "appends_per_s", "appends/s", note="reference"),
+        Row(
+            "W1pg",
+            f"{_W1}, {_label}",
+            _t1,
+            "appends_per_s",
+            "appends/s",
+            reference=(_raw1, "appends_per_s"),
+            target=Target("ratio", ">=", 0.8) if _tl == "full" else None,
+        ),
+    )
+    if _tl == "full":
+        rows(
+            *(
+                Row(
+                    "W1pg",
+                    f"{_W1}, FULL",
+                    f"W1pg/{alt.key}",
+                    "appends_per_s",
+                    "appends/s",
+                    reference=(_raw1, "appends_per_s"),
+                    note="alternative",
+                )
+                for alt in ALL_PG
+            ),
+            Row(
+                "W1pg",
+                f"{_W1}, FULL: tidelog vs the best alternative",
+                _t1,
+                "appends_per_s",
+                "appends/s",
+                best_of=tuple((f"W1pg/{alt.key}", "appends_per_s") for alt in ALL_PG),
+                target=Target("ratio", ">=", 1.5),
+            ),
+        )
+for _tl, _, _label in LEVELS:
+    _raw2, _t2 = f"W2pg/raw-{_tl}", f"W2pg/tidelog-{_tl}"
+    rows(
+        Row("W2pg", f"{_W2}, {_label}", _raw2, "events_per_s", "events/s", note="reference"),
+        Row(
+            "W2pg",
+            f"{_W2}, {_label}",
+            _t2,
+            "events_per_s",
+            "events/s",
+            reference=(_raw2, "events_per_s"),
+            target=Target("ratio", ">=", 0.8),
+        ),
+    )
+    if _tl == "full":
+        rows(
+            *(
+                Row(
+                    "W2pg",
+                    f"{_W2}, FULL",
+                    f"W2pg/{alt.key}",
+                    "events_per_s",
+                    "events/s",
+                    reference=(_raw2, "events_per_s"),
+                    note="alternative",
+                )
+                for alt in ALL_PG
+            ),
+            Row(
+                "W2pg",
+                f"{_W2}, FULL: tidelog vs the best alternative",
+                _t2,
+                "events_per_s",
+                "events/s",
+                best_of=tuple((f"W2pg/{alt.key}", "events_per_s") for alt in ALL_PG),
+                target=Target("ratio", ">=", 10.0),
+            ),
+        )
+_W2P = (
+    f"W2pg {multiprocess.PROCESSES} processes x {multiprocess.SESSIONS_PER_PROCESS} sessions"
+    " x 50 awaited appends, FULL"
+)
+rows(
+    Row("W2pg", _W2P, "W2pg/4proc-raw", "events_per_s", "events/s", note="reference"),
+    Row(
+        "W2pg",
+        _W2P,
+        "W2pg/4proc-tidelog",
+        "events_per_s",
+        "events/s",
+        reference=("W2pg/4proc-raw", "events_per_s"),
+        target=Target("ratio", ">=", 0.8),
+    ),
+)
+for _tl, _, _label in LEVELS:
+    _raw2, _t2 = f"W2pg/raw-{_tl}", f"W2pg/tidelog-{_tl}"
+    rows(
+        Row("W9pg", f"{_W9} {_label}: p99", _raw2, "lag_p99_ms", "ms", note="reference"),
+        Row(
+            "W9pg",
+            f"{_W9} {_label}: p99",
+            _t2,
+            "lag_p99_ms",
+            "ms",
+            reference=(_raw2, "lag_p99_ms"),
+            target=Target("value", "<=", 2.0),
+        ),
+    )
