@@ -51,17 +51,21 @@ from .errors import (
     SessionExistsError,
     SessionOwnedError,
     StoreBusyError,
+    StoreCorruptError,
     StoreIOError,
     TidelogError,
 )
 from .jsonl_files import IO, Shared, read_holder, release_shared, shared_for
-from .jsonl_format import file_stem, stem_id
+from .jsonl_format import FORMAT, Codec, file_stem, stem_id
 from .jsonl_group import pending, recover, recover_all
 from .jsonl_index import FileIndex
+from .jsonl_lines import PLAIN
+from .jsonl_migrate import migrate
 from .jsonl_ops import apply_op, check_header_id, fork_session
 from .jsonl_read import Reader
 from .jsonl_root import check_root, open_root
 from .jsonl_write import BatchFailure, Layout, Txn, new_header
+from .jsonl_zstd import ZSTD, require
 from .leases import holder_is_dead, lease_is_free
 from .records import JSON, LeaseInfo, SessionInfo, check_flag, validate_session_id
 
@@ -78,7 +82,11 @@ class JsonlStore(Reader, BatchingStore):
 
     Args:
         root: the store directory; created (with its marker) if missing or empty.
-        compress: must be False (compressed files are not written by this version).
+        compress: write the session files this handle creates (and the format 1 files
+            it migrates) as zstd frames, one checksummed frame per batch
+            (:mod:`stores.jsonl_zstd`); needs the ``zstandard`` package (the
+            ``jsonl-zstd`` extra): without it, :class:`~stores.errors.InvalidArgumentError`
+            says so. Existing files keep their encoding.
         synchronous: ``"normal"`` or ``"full"`` (see the module doc).
         busy_timeout_ms: how long a write waits for another process's write to the same
             session before raising :class:`~stores.errors.StoreBusyError`.
@@ -106,9 +114,7 @@ class JsonlStore(Reader, BatchingStore):
         self.root = check_root(root)
         check_flag(compress, "compress")
         if compress:
-            raise InvalidArgumentError(
-                "compress=True: compressed JSONL files are not supported by this version"
-            )
+            require("compress=True")
         if synchronous not in ("normal", "full"):
             raise InvalidArgumentError(
                 f"synchronous must be 'normal' or 'full', not {synchronous!r}"
@@ -124,6 +130,7 @@ class JsonlStore(Reader, BatchingStore):
         open_root(self.root, read_only=read_only)
         self._layout = Layout(self.root)
         Reader.__init__(self, self._layout)
+        self._codec: Codec = ZSTD if compress else PLAIN
         self._shared: Shared | None = shared_for(self.root)
         self._changes_fd = -1
         self._bumps = 0
@@ -164,6 +171,7 @@ class JsonlStore(Reader, BatchingStore):
             full=self.synchronous == "full",
             sync=sync,
             refresh=self._writer_index,
+            codec=self._codec,
         )
 
     def _writer_index(self, session_id: str, stem: str, taken: bool) -> FileIndex | None:
@@ -204,6 +212,14 @@ class JsonlStore(Reader, BatchingStore):
             index.refresh(info.st_size)
         writers[stem] = index
         check_header_id(index.header, session_id, path)
+        if index.header.format < FORMAT:  # publish a format 2 successor, then write that
+            layout = self._layout
+            migrate(index, layout.sessions, layout.tmp, layout.migrated, stem, self._codec)
+            index.close()
+            index = writers[stem] = FileIndex.open(path, write=True)
+            if index is None:
+                raise StoreCorruptError(f"{path}: the file just migrated is gone")
+            info = os.stat(path)
         if index.damage is None and info.st_size > index.end:
             IO.truncate(index.fd, index.end)  # a torn tail: never served, removed durably
             IO.fsync(index.fd)
@@ -431,6 +447,7 @@ class JsonlStore(Reader, BatchingStore):
         self._handle("clone")
         return JsonlStore(
             self.root,
+            compress=self.compress,
             synchronous=self.synchronous,
             busy_timeout_ms=self.busy_timeout_ms,
             read_only=self.read_only or bool(read_only),

@@ -1,29 +1,33 @@
-"""The JSONL session file format: file names, the header record, batch records, scanning.
+"""The JSONL session file format: file names, the header record, codecs, scanning.
 
 A session file is UTF-8 JSON Lines. Its first line is the **header record**::
 
-    {"tidelog":"session","format":1,"id":...,"incarnation":N,"epoch":E,"cuts":[[e,seq],...],
+    {"tidelog":"session","format":2,"id":...,"incarnation":N,"epoch":E,"cuts":[[e,seq],...],
      "created_at":T,"updated_at":T,"header":{...},"parent":[id,seq]|null,
      "base_seq":B,"bases":[[link,lo,hi],...]}
 
 Then one line per event, ``seq`` ``B+1, B+2, ...`` (a fork reads seqs ``1..B`` from the
-``bases``: hard links to the files that hold them, each read for seqs ``lo < seq <= hi``)::
+``bases``: hard links to the files that hold them, each read for seqs ``lo < seq <= hi``).
+The events of one committed op (a **batch**) are consecutive lines; the last one carries
+the batch's commit mark. How the lines are written is the format generation's business:
 
-    {"seq":7,"ts":1712.25,"kind":"message","run_id":"r1","data":{...}}
-
-``run_id`` is omitted when there is none. The events of one committed op (a **batch**) are
-consecutive lines; the last one ends with the batch's commit mark ``"end":[n,crc]``: ``n``
-events, ``crc`` the CRC-32 of the batch's bytes from the start of its first line up to
-(not including) ``,"end":``.
+* **format 2** (written by this version, :mod:`stores.jsonl_lines`): every line ends with
+  its own checksum, ``"crc":X``, the CRC-32 of the line's bytes before ``,"crc":``; the last
+  line of a batch carries ``"end":n`` (``n`` events) just before it. Any record can be
+  checked on its own, so a read served from an index checks exactly the lines it returns;
+* **format 1** (:mod:`stores.jsonl_migrate`): one CRC-32 per batch, ``"end":[n,crc]`` on
+  its last line; read as it is, migrated to format 2 by the first writer;
+* **compressed** (format 2 lines, :mod:`stores.jsonl_zstd`): the file is a series of zstd
+  frames, the header record in the first, then one checksummed frame per batch.
 
 **The committed region** is the header plus every whole batch, in order, seqs contiguous,
-each closed by a commit mark whose CRC matches. What follows it is either
+every checksum matching. What follows it is either
 
 * a **torn tail** -- an unfinished batch (a crash or a concurrent write in progress): no
-  newline-terminated line with a commit mark follows the first bad byte. It is never
-  served, and the next writer truncates it (durably) before writing; or
-* **corruption** -- a damaged or missing record *followed* by a later complete commit
-  mark: a batch that was committed cannot be read. Reading past it raises
+  whole batch follows the first bad byte. It is never served, and the next writer
+  truncates it (durably) before writing; or
+* **corruption** -- a damaged or missing record *followed* by a later whole batch: a
+  batch that was committed cannot be read. Reading past it raises
   :class:`~stores.errors.StoreCorruptError` naming the file and the byte offset.
 
 (The last batch of a file cannot be told from a torn write if it is damaged: it is taken
@@ -35,8 +39,6 @@ from __future__ import annotations
 import functools
 import hashlib
 import json
-import re
-import zlib
 from collections.abc import Sequence
 from typing import Any
 
@@ -47,19 +49,21 @@ from .records import JSON, PreparedEvent, decode_json_object
 
 __all__ = [
     "FORMAT",
+    "Codec",
     "Header",
+    "Row",
     "Scan",
+    "corrupt",
     "decode_header",
-    "encode_batch",
     "encode_header",
     "file_stem",
-    "scan",
+    "json_str",
     "stem_id",
 ]
 
 #: The format generation this code writes (the header's ``"format"``); see
 #: :mod:`stores.jsonl_migrate` for older ones.
-FORMAT = 1
+FORMAT = 2
 #: What marks a tidelog session file (the header's ``"tidelog"``).
 MAGIC = "session"
 
@@ -208,71 +212,19 @@ def _str(value: Any) -> str:
     return value
 
 
-# -- batch records -----------------------------------------------------------------------------
-
-_STRINGS: dict[str, str] = {}
-
-
-def _json_str(text: str) -> str:
-    encoded = _STRINGS.get(text)
-    if encoded is None:
-        encoded = _ENC.encode(text)
-        if len(_STRINGS) > 8192:
-            _STRINGS.clear()
-        _STRINGS[text] = encoded
-    return encoded
-
-
-def encode_batch(
-    events: Sequence[PreparedEvent],
-    first_seq: int,
-    ts: float,
-    stamps: Sequence[float] | None = None,
-) -> tuple[bytes, list[int]]:
-    """The lines of one batch and the byte offset of each line within them. Every event
-    gets the commit time ``ts``, or its own from ``stamps`` (a restore)."""
-    stamp = repr(ts)
-    lines: list[str] = []
-    for i, ev in enumerate(events):
-        run = "" if ev.run_id is None else f',"run_id":{_json_str(ev.run_id)}'
-        when = stamp if stamps is None else repr(float(stamps[i]))
-        lines.append(
-            f'{{"seq":{first_seq + i},"ts":{when},"kind":{_json_str(ev.kind)}{run},'
-            f'"data":{ev.data_json}'
-        )
-    body = "}\n".join(lines).encode("utf-8")
-    mark = f',"end":[{len(events)},{zlib.crc32(body)}]}}\n'.encode()
-    offsets = [0]
-    if len(lines) > 1:
-        pos = body.find(b"\n")
-        while pos >= 0:
-            offsets.append(pos + 1)
-            pos = body.find(b"\n", pos + 1)
-    return body + mark, offsets
-
-
 # -- scanning ----------------------------------------------------------------------------------
-
-_JSTR = rb'"(?:[^"\\]|\\.)*"'
-_PREFIX = re.compile(
-    rb'\{"seq":(\d+),"ts":[-0-9.eE+]+,"kind":'
-    + _JSTR
-    + rb'(?:,"run_id":('
-    + _JSTR
-    + rb"))?,\"data\":"
-)
-_END = re.compile(rb',"end":\[(\d+),(\d+)\]\}\Z')
 
 
 @attrs.define
 class Scan:
-    """What :func:`scan` found in a region of a file."""
+    """What :meth:`Codec.scan` found in a region of a file."""
 
     #: Offset just past the last whole batch found (the new committed end).
     end: int
     #: Last seq of the last whole batch found.
     head: int
-    #: Offsets of each event line found, in seq order.
+    #: Offset of each event found, in seq order: its line's (plain files), or its batch's
+    #: frame's (compressed files).
     offsets: list[int]
     #: Last seq of each batch found.
     batch_ends: list[int]
@@ -284,108 +236,70 @@ class Scan:
     damage: tuple[int, str] | None = None
 
 
-_TS = re.compile(rb'"ts":([-0-9.eE+]+),')
-
-
-def scan(data: bytes, base: int, head: int, path: str) -> Scan:
-    """Index the whole batches in ``data`` (file bytes from offset ``base``, where a batch
-    starts, the next seq being ``head + 1``), stopping at the first one that is not whole.
-
-    Returns the batches found and, if the rest is corruption rather than a torn tail, the
-    damage's offset and reason (see the module doc)."""
-    result = Scan(base, head, [], [], {}, None)
-    pos = 0
-    size = len(data)
-    expected = head + 1
-    batch_start = 0
-    pending: list[int] = []
-    pending_runs: list[tuple[str, int]] = []
-    prefix_match = _PREFIX.match
-    while pos < size:
-        nl = data.find(b"\n", pos)
-        if nl < 0:
-            break  # a partial line: torn
-        line = data[pos:nl]
-        match = prefix_match(line)
-        if match is None or int(match.group(1)) != expected:
-            why = "not an event record" if match is None else f"expected seq {expected}"
-            return _stop(result, data, base, pos, why, path)
-        pending.append(base + pos)
-        run = match.group(2)
-        if run is not None:
-            pending_runs.append((json.loads(run), expected))
-        end = _END.search(line) if line.endswith(b"]}") else None
-        if end is not None:
-            count, crc = int(end.group(1)), int(end.group(2))
-            body_end = pos + end.start()
-            if count != len(pending) or zlib.crc32(data[batch_start:body_end]) != crc:
-                return _stop(result, data, base, pos, "checksum mismatch", path)
-            result.offsets.extend(pending)
-            result.batch_ends.append(expected)
-            for run_id, seq in pending_runs:
-                known = result.runs.get(run_id)
-                result.runs[run_id] = (seq if known is None else known[0], seq)
-            ts = _TS.search(line)
-            result.last_ts = float(ts.group(1)) if ts else None
-            result.head = expected
-            result.end = base + nl + 1
-            pending, pending_runs = [], []
-            batch_start = nl + 1
-        expected += 1
-        pos = nl + 1
-    return result
-
-
-def _stop(result: Scan, data: bytes, base: int, bad: int, why: str, path: str) -> Scan:
-    """Stop at a batch that is not whole: corruption if a complete commit mark follows."""
-    pos = data.find(b"\n", bad)
-    while pos >= 0:
-        nxt = data.find(b"\n", pos + 1)
-        if nxt < 0:
-            break
-        line = data[pos + 1 : nxt]
-        if line.endswith(b"]}") and _END.search(line) and _PREFIX.match(line):
-            try:
-                json.loads(line)
-            except ValueError:
-                pass
-            else:
-                result.damage = (
-                    base + bad,
-                    f"{path}: byte {base + bad}: {why} inside the committed region",
-                )
-                return result
-        pos = nxt
-    return result
-
-
 def corrupt(damage: tuple[int, str]) -> StoreCorruptError:
     """The error for a :attr:`Scan.damage`."""
     return StoreCorruptError(damage[1])
 
 
-def decode_lines(
-    data: bytes, session_id: str, first_seq: int, path: str, offset: int
-) -> list[tuple[int, float, str, Any, str | None]]:
-    """Decode event lines ``data`` (whole lines) expected to hold ``first_seq, ...``: rows
-    ``(seq, ts, kind, data, run_id)``. Raises :class:`StoreCorruptError` naming the offset
-    of a line that does not parse or holds another seq."""
-    rows = []
-    loads = json.loads
-    seq = first_seq
-    pos = 0
-    for line in data.split(b"\n")[:-1]:
-        try:
-            record = loads(line)
-            if record["seq"] != seq:
-                raise ValueError(f"expected seq {seq}, found {record['seq']}")
-            rows.append(
-                (seq, float(record["ts"]), record["kind"], record["data"], record.get("run_id"))
-            )
-        except (ValueError, KeyError, TypeError, RecursionError) as exc:
-            raise StoreCorruptError(
-                f"{path}: byte {offset + pos}: session {session_id!r}: damaged event record ({exc})"
-            ) from exc
-        seq += 1
-        pos += len(line) + 1
-    return rows
+#: A decoded event: ``(seq, ts, kind, data, run_id)``.
+Row = tuple[int, float, str, Any, "str | None"]
+
+
+class Codec:
+    """How one kind of session file writes and reads its batches: plain lines of a format
+    generation, or zstd frames. Codecs are stateless singletons."""
+
+    #: The header's format generation.
+    format: int
+    #: True if a batch is a zstd frame (the index then maps a seq to its frame).
+    framed = False
+
+    def header(self, h: Header) -> bytes:
+        """The encoded header record."""
+        raise NotImplementedError
+
+    def batch(
+        self,
+        events: Sequence[PreparedEvent],
+        first_seq: int,
+        ts: float,
+        stamps: Sequence[float] | None = None,
+    ) -> tuple[bytes, list[int]]:
+        """One batch's bytes and each event's offset within them (its line's, or 0 for a
+        frame). Every event gets the commit time ``ts``, or its own from ``stamps``."""
+        raise NotImplementedError
+
+    def scan(self, data: bytes, base: int, head: int, path: str) -> Scan:
+        """Index the whole batches in ``data`` (file bytes from offset ``base``, where a
+        batch starts, the next seq being ``head + 1``), stopping at the first one that is
+        not whole; a :attr:`Scan.damage` if what follows is corruption, not a torn tail."""
+        raise NotImplementedError
+
+    def lines(self, data: bytes, offset: int, path: str) -> bytes:  # noqa: ARG002
+        """The event lines that the whole batches ``data`` (read at ``offset``) hold."""
+        return data
+
+    def decode(
+        self, data: bytes, session_id: str, first_seq: int, path: str, offset: int
+    ) -> list[Row]:
+        """Decode and check whole event lines expected to hold ``first_seq, ...``; raises
+        :class:`StoreCorruptError` naming the offset of a line that is damaged."""
+        raise NotImplementedError
+
+    def raw(self, data: bytes, path: str, offset: int) -> list[tuple[str, str, str | None]]:
+        """``(kind, data_json, run_id)`` of whole event lines, the data as stored."""
+        raise NotImplementedError
+
+
+def json_str(text: str) -> str:
+    """``text`` as a JSON string (memoised: kinds and run ids repeat)."""
+    encoded = _STRINGS.get(text)
+    if encoded is None:
+        encoded = _ENC.encode(text)
+        if len(_STRINGS) > 8192:
+            _STRINGS.clear()
+        _STRINGS[text] = encoded
+    return encoded
+
+
+_STRINGS: dict[str, str] = {}

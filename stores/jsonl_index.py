@@ -11,16 +11,16 @@ index notices and reloads.
 from __future__ import annotations
 
 import bisect
-import json
 import os
-import re
 from array import array
-from typing import Any
 
 from .errors import StoreCorruptError, StoreIOError
-from .jsonl_format import Header, corrupt, decode_header, decode_lines, scan
+from .jsonl_format import Codec, Header, Row, corrupt, decode_header
+from .jsonl_lines import PLAIN
+from .jsonl_migrate import FORMAT1
+from .jsonl_zstd import MAGIC, ZSTD
 
-__all__ = ["FileIndex", "raw_events", "read_exact"]
+__all__ = ["FileIndex", "read_exact"]
 
 _FIRST_READ = 65536
 
@@ -45,8 +45,12 @@ class FileIndex:
     """The index of one session file (see the module doc). Not thread-safe: each handle
     keeps its own, used under that handle's lock."""
 
-    def __init__(self, path: str, fd: int, ino: int, header: Header, data_start: int) -> None:
+    def __init__(
+        self, path: str, fd: int, ino: int, header: Header, data_start: int, codec: Codec
+    ) -> None:
         self.path = path
+        #: How the file's batches are encoded (its format, plain or compressed).
+        self.codec = codec
         self.fd = fd
         self.ino = ino
         self.header = header
@@ -55,7 +59,8 @@ class FileIndex:
         self.end = data_start
         self.scanned_size = data_start
         self.head = header.base_seq
-        #: Line offset of each own event: ``offsets[seq - base_seq - 1]``.
+        #: Offset of each own event: ``offsets[seq - base_seq - 1]``; its line's, or in a
+        #: compressed file its batch's frame's.
         self.offsets = array("q")
         #: Last seq of each batch, ascending.
         self.batch_ends = array("q")
@@ -89,14 +94,31 @@ class FileIndex:
         except OSError as exc:
             raise StoreIOError(f"{path}: cannot stat ({exc})") from exc
         first = read_exact(fd, _FIRST_READ, 0, path)
-        newline = first.find(b"\n")
-        while newline < 0 and len(first) < info.st_size:
-            first += read_exact(fd, max(len(first), _FIRST_READ), len(first), path)
+        if first.startswith(MAGIC):
+            found = ZSTD.read_header(first, path)
+            while found is None and len(first) < info.st_size:
+                first += read_exact(fd, max(len(first), _FIRST_READ), len(first), path)
+                found = ZSTD.read_header(first, path)
+            if found is None:
+                raise StoreCorruptError(f"{path}: byte {len(first)}: the header frame is cut short")
+            line, start = found
+            header = decode_header(line, path)
+            if header.format != ZSTD.format:
+                raise StoreCorruptError(f"{path}: byte 0: a compressed file of format 1")
+            codec: Codec = ZSTD
+        else:
             newline = first.find(b"\n")
-        if newline < 0:
-            decode_header(first, path)  # foreign (raises), or a header cut short:
-            raise StoreCorruptError(f"{path}: byte {len(first)}: the header record is cut short")
-        index = cls(path, fd, info.st_ino, decode_header(first[:newline], path), newline + 1)
+            while newline < 0 and len(first) < info.st_size:
+                first += read_exact(fd, max(len(first), _FIRST_READ), len(first), path)
+                newline = first.find(b"\n")
+            if newline < 0:
+                decode_header(first, path)  # foreign (raises), or a header cut short:
+                raise StoreCorruptError(
+                    f"{path}: byte {len(first)}: the header record is cut short"
+                )
+            header, start = decode_header(first[:newline], path), newline + 1
+            codec = PLAIN if header.format == PLAIN.format else FORMAT1
+        index = cls(path, fd, info.st_ino, header, start, codec)
         index.refresh(info.st_size)
         return index
 
@@ -115,7 +137,7 @@ class FileIndex:
         if size < self.end:
             self._reset()  # rolled back below what was indexed (a failed commit): rescan
         data = read_exact(self.fd, size - self.end, self.end, self.path)
-        found = scan(data, self.end, self.head, self.path)
+        found = self.codec.scan(data, self.end, self.head, self.path)
         self.offsets.extend(found.offsets)
         self.batch_ends.extend(found.batch_ends)
         for run_id, (first, last) in found.runs.items():
@@ -181,51 +203,39 @@ class FileIndex:
         i = bisect.bisect_left(self.batch_ends, seq)
         return (self.batch_ends[i - 1] if i else self.header.base_seq) + 1
 
-    def read_rows(
-        self, session_id: str, lo: int, hi: int
-    ) -> list[tuple[int, float, str, Any, str | None]]:
-        """Own events ``lo < seq <= hi`` (within the committed region), decoded and
-        checked: ``(seq, ts, kind, data, run_id)`` rows."""
-        if hi <= lo:
-            return []
-        start, stop = self.offset_of(lo + 1), self.offset_of(hi + 1)
+    def _span(self, lo: int, hi: int) -> tuple[bytes, int]:
+        """The event lines of own events ``lo < seq <= hi`` and the file offset they (or
+        their first frame) start at."""
+        start = self.offset_of(lo + 1)
+        if self.codec.framed:  # whole frames, from lo + 1's to hi's
+            i = bisect.bisect_left(self.batch_ends, hi)
+            stop = self.offset_of(self.batch_ends[i] + 1)
+        else:
+            stop = self.offset_of(hi + 1)
         data = read_exact(self.fd, stop - start, start, self.path)
         if len(data) != stop - start:
             raise StoreCorruptError(
                 f"{self.path}: byte {start + len(data)}: the file is shorter than its index"
             )
-        return decode_lines(data, session_id, lo + 1, self.path, start)
+        if not self.codec.framed:
+            return data, start
+        text = self.codec.lines(data, start, self.path)
+        skip = lo + 1 - self.batch_start_seq(lo + 1)
+        lines = text.split(b"\n")[skip : skip + hi - lo]
+        return b"\n".join(lines) + b"\n", start
+
+    def read_rows(self, session_id: str, lo: int, hi: int) -> list[Row]:
+        """Own events ``lo < seq <= hi`` (within the committed region), decoded and
+        checked: ``(seq, ts, kind, data, run_id)`` rows."""
+        if hi <= lo:
+            return []
+        data, start = self._span(lo, hi)
+        return self.codec.decode(data, session_id, lo + 1, self.path, start)
 
     def raw_rows(self, lo: int, hi: int) -> list[tuple[str, str, str | None]]:
         """Own events ``lo < seq <= hi`` as ``(kind, data_json, run_id)``, the data as the
         exact stored text (what a resent op is compared with)."""
         if hi <= lo:
             return []
-        start, stop = self.offset_of(lo + 1), self.offset_of(hi + 1)
-        return raw_events(read_exact(self.fd, stop - start, start, self.path), self.path, start)
-
-
-_RAW = re.compile(
-    rb'\{"seq":\d+,"ts":[^,]+,"kind":("(?:[^"\\]|\\.)*")(?:,"run_id":("(?:[^"\\]|\\.)*"))?,"data":'
-)
-_TAIL = re.compile(rb'(?:,"end":\[\d+,\d+\])?\}\Z')
-
-
-def raw_events(data: bytes, path: str, offset: int) -> list[tuple[str, str, str | None]]:
-    """``(kind, data_json, run_id)`` of whole event lines, data as stored."""
-    rows = []
-    for line in data.split(b"\n")[:-1]:
-        match = _RAW.match(line)
-        tail = _TAIL.search(line)
-        if match is None or tail is None:
-            raise StoreCorruptError(f"{path}: byte {offset}: damaged event record")
-        run = match.group(2)
-        rows.append(
-            (
-                json.loads(match.group(1)),
-                line[match.end() : tail.start()].decode("utf-8"),
-                None if run is None else json.loads(run),
-            )
-        )
-        offset += len(line) + 1
-    return rows
+        data, start = self._span(lo, hi)
+        return self.codec.raw(data, self.path, start)

@@ -18,7 +18,7 @@ from ._batching import StoredTail, check_replace, resent_tail
 from ._checks import check_fork, fork_header
 from .contract import AppendOp, DeleteOp, GroupOp, ReplaceOp, RestoreOp, TruncateOp, WriteOp
 from .errors import ConflictError, OwnershipLostError, StoreCorruptError, TidelogError
-from .jsonl_format import Header, encode_batch, file_stem
+from .jsonl_format import Header, file_stem
 from .jsonl_group import begin_group, step
 from .jsonl_index import FileIndex, read_exact
 from .jsonl_write import BatchFailure, Layout, Txn, _io_error, cut_cuts, new_header
@@ -173,11 +173,12 @@ def rewrite(
             rows = index.read_rows(old.id, first - 1, to_seq)
             raw = index.raw_rows(first - 1, to_seq)
             kept = tuple(PreparedEvent(k, d, r) for k, d, r in raw)
-            own += encode_batch(kept, first, rows[0][1])[0]
+            stamps = [row[1] for row in rows]
+            own += index.codec.batch(kept, first, stamps[-1], stamps)[0]
     header = attrs.evolve(
         old, epoch=epoch, cuts=cuts, updated_at=now, base_seq=base_seq, bases=bases
     )
-    body = own + (encode_batch(events, to_seq + 1, now)[0] if events else b"")
+    body = own + (index.codec.batch(events, to_seq + 1, now)[0] if events else b"")
     result = txn.rewrite(stem, index, header, body)
     kept_names = {n for n, _, _ in bases}
     for name, _, _ in old.bases:

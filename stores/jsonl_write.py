@@ -30,7 +30,7 @@ from .errors import (
     TidelogError,
 )
 from .jsonl_files import IO, Shared, fsync_dir, publish, write_all
-from .jsonl_format import Header, encode_batch, encode_header, file_stem
+from .jsonl_format import Codec, Header, file_stem
 from .jsonl_index import FileIndex
 from .records import PreparedEvent
 
@@ -60,6 +60,7 @@ class Layout:
         self.projections = os.path.join(root, "projections")
         self.intents = os.path.join(root, "intents")
         self.changes = os.path.join(root, "changes")
+        self.migrated = os.path.join(root, "migrated")
 
     def session(self, stem: str) -> str:
         return os.path.join(self.sessions, f"{stem}.jsonl")
@@ -93,9 +94,11 @@ class Txn:
 
     def __init__(
         self, shared: Shared, layout: Layout, busy_ms: int, *, full: bool, sync: bool,
-        refresh: Callable[[str, str, bool], FileIndex | None],
+        refresh: Callable[[str, str, bool], FileIndex | None], codec: Codec,
     ) -> None:  # fmt: skip
         self.shared = shared
+        #: The encoding of the files this batch creates (a file keeps its own).
+        self.codec = codec
         self.layout = layout
         self.busy_ms = busy_ms
         self.full = full
@@ -248,7 +251,7 @@ class Txn:
         """Append one batch at the end of the session's file; the new head. ``stamps``:
         each event's own commit time (a restore) instead of ``now``."""
         first = index.head + 1
-        data, offsets = encode_batch(events, first, now, stamps)
+        data, offsets = index.codec.batch(events, first, now, stamps)
         start = index.end
         state = (
             index.end,
@@ -294,9 +297,9 @@ class Txn:
         stamps: tuple[float, ...] | None = None,
     ) -> FileIndex:
         """Publish a new session file (header and first batch) without overwriting."""
-        data = encode_header(header)
+        data = self.codec.header(header)
         if events:
-            data += encode_batch(events, header.base_seq + 1, now, stamps)[0]
+            data += self.codec.batch(events, header.base_seq + 1, now, stamps)[0]
         path = self.layout.session(stem)
         publish(self.layout.tmp, path, data, replace=False)
         self._undo.append(lambda: os.unlink(path))
@@ -309,7 +312,7 @@ class Txn:
         the directory is fsynced at commit), keeping the old one as a backup for undo."""
         path = self.layout.session(stem)
         backup = self._backup(path)
-        publish(self.layout.tmp, path, encode_header(header) + body, replace=True)
+        publish(self.layout.tmp, path, index.codec.header(header) + body, replace=True)
         self._undo.append(lambda: self._restore(stem, index, backup, path))
         self._done.append(lambda: os.unlink(backup))
         self._dirs.add(self.layout.sessions)

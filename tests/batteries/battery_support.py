@@ -55,7 +55,8 @@ def record(battery: str, **counts: object) -> None:
 def child_env() -> dict[str, str]:
     """Environment of a child Python process: the project importable, warnings as errors
     are *not* forced on it (its stderr is checked instead)."""
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT), str(TESTS), str(TESTS.parent)]))
+    paths = [str(ROOT), str(TESTS), str(TESTS.parent), os.environ.get("PYTHONPATH", "")]
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in paths if p))
     env.pop("PYTHONWARNINGS", None)
     return env
 

@@ -30,6 +30,7 @@ with the outcome when the run completes.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import random
@@ -40,7 +41,7 @@ from pathlib import Path
 
 import trio
 
-from runtime import JSON, NewEvent, SessionWriter, open_runtime
+from runtime import JSON, NewEvent, SessionWriter, Store, open_runtime
 from runtime.agents import (
     Agent,
     CheckpointOptions,
@@ -52,6 +53,7 @@ from runtime.agents import (
     checkpoints,
     function_tool,
 )
+from stores import JsonlStore
 
 
 def say(line: str) -> None:
@@ -71,8 +73,16 @@ def batch_events(sid: str, head: int, batch: str, size: int, pad: int) -> list[N
 
 
 async def cmd_write(args: argparse.Namespace) -> None:
+    if not args.compress:
+        await write_forever(args, args.db)
+        return
+    with contextlib.closing(JsonlStore(args.db, compress=True)) as store:  # zstd frames
+        await write_forever(args, store)
+
+
+async def write_forever(args: argparse.Namespace, target: str | Store) -> None:
     rng = random.Random(args.seed)
-    async with open_runtime(args.db, lease_ttl=args.lease_ttl) as rt, AsyncExitStack() as stack:
+    async with open_runtime(target, lease_ttl=args.lease_ttl) as rt, AsyncExitStack() as stack:
         writers: dict[str, SessionWriter] = {}
         for i in range(args.sessions):
             sid = f"s{i}"
@@ -186,6 +196,7 @@ def parse(argv: list[str]) -> argparse.Namespace:
     write.add_argument("--sessions", type=int, default=3)
     write.add_argument("--lease-ttl", type=float, default=10.0)
     write.add_argument("--host")
+    write.add_argument("--compress", action="store_true", help="JSONL: compressed files")
     agent = sub.add_parser("agent")
     agent.add_argument("db")
     agent.add_argument("workdir")

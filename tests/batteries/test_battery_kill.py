@@ -14,7 +14,9 @@ After each kill the parent checks the database:
   expired, and not before (on PostgreSQL: at once too, the server having released the
   dead writer's advisory lock).
 
-It runs on a SQLite file and on a PostgreSQL schema (when a server is there).
+It runs on a SQLite file, on JSONL directories (plain files, and zstd-compressed ones:
+a torn last frame is repaired like a torn line) and on a PostgreSQL schema (when a server
+is there).
 
 Then scripted agent runs are killed at random moments and resumed to completion.
 CI: 20 kills (+1 agent run); soak (``TIDELOG_SOAK=1``): 200 kills (+10 agent runs).
@@ -73,14 +75,19 @@ def parse_acks(path: Path) -> dict[str, int]:
 Target = Path | str
 
 
-@pytest.fixture(params=["sqlite", "jsonl", "postgres"])
+#: The JSONL directory whose writers compress (one zstd frame per batch).
+ZSTD_DIR = "kill-zstd.jsonl"
+
+
+@pytest.fixture(params=["sqlite", "jsonl", "jsonl-zstd", "postgres"])
 def target(request: pytest.FixtureRequest, tmp_path: Path) -> Target:
-    """The database of the battery, per backend."""
+    """The database of the battery, per backend (JSONL with plain or compressed files)."""
     if request.param == "sqlite":
         return tmp_path / "kill.db"
-    if request.param == "jsonl":
-        (tmp_path / "kill.jsonl").mkdir()
-        return tmp_path / "kill.jsonl"
+    if request.param.startswith("jsonl"):
+        path = tmp_path / (ZSTD_DIR if request.param == "jsonl-zstd" else "kill.jsonl")
+        path.mkdir()
+        return path
     from pgtest import url_of
 
     return url_of(*request.getfixturevalue("pg_schema"))
@@ -209,6 +216,8 @@ async def one_kill(tmp_path: Path, db: Target, cycle: int, rng: random.Random) -
     argv = python_child("battery_writer.py", "write", str(db), str(rng.randrange(1 << 30)))
     if remote:
         argv += ["--host", "elsewhere.invalid", "--lease-ttl", str(REMOTE_TTL)]
+    if isinstance(db, Path) and db.name == ZSTD_DIR:
+        argv.append("--compress")
     early = rng.random() < 0.15
     async with spawned(argv, out, err) as proc:
         if early:  # anywhere from interpreter start-up to the first appends
@@ -304,6 +313,12 @@ async def test_sigkill_loses_no_acknowledged_event(
         hits += await agent_cycle(tmp_path, db, k, rng)
     assert verify(db, before) == before  # the runs touched none of the writer's sessions
     backend = "postgres" if isinstance(db, str) else "jsonl" if db.is_dir() else "sqlite"
+    if isinstance(db, Path) and db.name == ZSTD_DIR:
+        backend = "jsonl-zstd"
+        magic = b"\x28\xb5\x2f\xfd"
+        written = [p for p in (db / "sessions").iterdir() if p.name.startswith("s")]
+        assert written
+        assert all(p.read_bytes().startswith(magic) for p in written)
     record(
         "kill",
         backend=backend,

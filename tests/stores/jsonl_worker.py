@@ -6,6 +6,8 @@ Usage::
     python jsonl_worker.py hold ROOT ID            # take ID's lease, print "held", sleep
     python jsonl_worker.py append ROOT ID N        # N appends of 1..5 events (batch-tagged)
     python jsonl_worker.py group ROOT STEP         # a group write, SIGKILLed at STEP
+    python jsonl_worker.py migrate ROOT ID STEP Z  # append to format 1 ID, SIGKILLed at STEP
+                                                   # of its migration (Z: "zstd" or "plain")
 
 Every event appended by ``append`` names its batch: ``{"b": batch, "k": index, "of": size}``.
 """
@@ -104,6 +106,17 @@ def main() -> None:
             ]
         )
         print(f"result {result}", flush=True)
+    elif command == "migrate":
+        session_id, stop, encoding = sys.argv[3], sys.argv[4], sys.argv[5]
+
+        def kill_at(name: str) -> None:
+            if name == stop:
+                os.kill(os.getpid(), signal.SIGKILL)
+
+        jsonl_group.STEP[0] = kill_at
+        store = JsonlStore(root, compress=encoding == "zstd")
+        print(f"head {store.append(session_id, [NewEvent('after', 'migration')])}", flush=True)
+        store.close()
 
 
 if __name__ == "__main__":

@@ -1,9 +1,12 @@
 """The JSONL store across real processes: racing creators, kernel-lock leases and their
-takeover after SIGKILL, files read by one process while another writes them, and group
-writes killed at every step (all or nothing after recovery)."""
+takeover after SIGKILL, files read by one process while another writes them, group
+writes killed at every step (all or nothing after recovery), and format 1 migrations
+killed at every step."""
 
 from __future__ import annotations
 
+import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -28,9 +31,14 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(Path(__file__).parent))
 from jsonl_worker import GROUP_STEPS  # noqa: E402
 
+from stores.jsonl_migrate import MIGRATION_STEPS  # noqa: E402
+
+FIXTURE = Path(__file__).with_name("fixtures") / "jsonl-format1"
+
 
 def spawn(*args: str) -> subprocess.Popen[str]:
-    env = {"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"}
+    paths = [str(ROOT), os.environ.get("PYTHONPATH", "")]  # the caller's too (extras)
+    env = {"PYTHONPATH": os.pathsep.join(p for p in paths if p), "PATH": "/usr/bin:/bin"}
     return subprocess.Popen(
         [sys.executable, WORKER, *args],
         stdout=subprocess.PIPE,
@@ -175,3 +183,36 @@ def test_group_write_killed_at_every_step_is_all_or_nothing(tmp_path: Path, step
         assert store.append("a", [NewEvent("k")]) == len(after["a"]) + 1
     finally:
         store.close()
+
+
+@pytest.mark.parametrize("encoding", ["plain", "zstd"])
+@pytest.mark.parametrize("step", [*MIGRATION_STEPS, "never"])
+def test_migration_killed_at_every_step_loses_nothing(
+    tmp_path: Path, step: str, encoding: str
+) -> None:
+    """A writer migrating a format 1 file, SIGKILLed at each step, leaves the source or its
+    successor under the name (the same events either way) and the source byte-identical in
+    migrated/; the next writer finishes the job and appends."""
+    root = tmp_path / "legacy"
+    shutil.copytree(FIXTURE, root)
+    path = root / "sessions" / "chat.jsonl"
+    source = path.read_bytes()
+    reader = JsonlStore(root, read_only=True)
+    old = [(e.seq, e.ts, e.kind, e.data, e.run_id) for e in reader.read("chat")]
+    reader.close()
+    child = spawn("migrate", str(root), "chat", step, encoding)
+    out, err = child.communicate(timeout=60)
+    if step == "never":
+        assert (child.returncode, out.strip()) == (0, "head 7"), err
+    else:
+        assert child.returncode == -signal.SIGKILL, err
+    store = JsonlStore(root)
+    try:
+        events = [(e.seq, e.ts, e.kind, e.data, e.run_id) for e in store.read("chat")]
+        assert events[:6] == old
+        assert len(events) == (7 if step == "never" else 6)
+        assert store.append("chat", [NewEvent("k")]) == len(events) + 1
+        assert path.read_bytes() != source
+    finally:
+        store.close()
+    assert [p.read_bytes() for p in (root / "migrated").iterdir()] == [source]

@@ -7,6 +7,7 @@ from __future__ import annotations
 import errno
 import json
 import os
+import zlib
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -88,18 +89,21 @@ def test_ids_differing_in_case_or_long_prefix_get_distinct_names() -> None:
 
 
 def test_header_record_comes_first(store: JsonlStore, root: Path) -> None:
-    """The first line names the session, the format and its lineage; events follow, one
-    line each, the last of a batch with its commit mark."""
+    """The first line names the session, format 2 and its lineage; events follow, one line
+    each with its own CRC-32, the last of a batch with its commit mark."""
     store.create("s", {"title": "t"})
     store.append("s", [NewEvent("k", 1, run_id="r"), NewEvent("k", 2)])
     lines = session_file(root, "s").read_bytes().split(b"\n")
     header = json.loads(lines[0])
-    assert (header["tidelog"], header["format"], header["id"]) == ("session", 1, "s")
+    assert (header["tidelog"], header["format"], header["id"]) == ("session", 2, "s")
     assert header["header"] == {"title": "t"}
     assert header["parent"] is None
     first, second = json.loads(lines[1]), json.loads(lines[2])
     assert (first["seq"], first["run_id"], "end" in first) == (1, "r", False)
-    assert (second["seq"], second["end"][0]) == (2, 2)
+    assert (second["seq"], second["end"]) == (2, 2)
+    for line in lines[1:3]:
+        checked = line[: line.rindex(b',"crc":')]
+        assert json.loads(line)["crc"] == zlib.crc32(checked)
     assert lines[3] == b""
 
 

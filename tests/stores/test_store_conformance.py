@@ -30,14 +30,21 @@ class TestSqliteStore(DurableStoreConformance):
 
 
 class TestJsonlStore(DurableStoreConformance):
-    """The JSONL file backend (one file per session), including the durability cases."""
+    """The JSONL file backend (one file per session), including the durability cases, with
+    plain files and with zstd-compressed ones (``compress=True``)."""
+
+    compress = False
+
+    @pytest.fixture(autouse=True, params=[False, True], ids=["plain", "zstd"])
+    def _encoding(self, request: pytest.FixtureRequest) -> None:
+        self.compress = bool(request.param)
 
     def make_store(self, tmp_path: pathlib.Path) -> Store:
-        return JsonlStore(tmp_path / "store")
+        return JsonlStore(tmp_path / "store", compress=self.compress)
 
     def reopen_store(self, store: Store, tmp_path: pathlib.Path) -> Store | None:
         store.close()
-        return JsonlStore(tmp_path / "store")
+        return JsonlStore(tmp_path / "store", compress=self.compress)
 
 
 class TestPostgresStore(DurableStoreConformance):

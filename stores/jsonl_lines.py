@@ -1,0 +1,224 @@
+"""Format 2 event records: one line per event, each with its own CRC-32.
+
+An event line of format 2 is::
+
+    {"seq":7,"ts":1712.25,"kind":"message","run_id":"r1","data":{...},"crc":X}
+
+``run_id`` is omitted when there is none; the last line of a batch carries the batch's
+commit mark ``"end":n`` (``n`` events) right before its checksum::
+
+    {"seq":9,"ts":1712.25,"kind":"message","data":{...},"end":3,"crc":X}
+
+``X`` is the CRC-32 of the line's bytes from its ``{`` up to (not including) ``,"crc":``,
+commit mark included. A batch is whole when its ``n`` lines are there, each with a
+matching checksum and the expected seq. Because every record carries its own checksum, a
+read served from an index (which never scanned the batch) still checks every line it
+returns: a damaged record in the committed region is a :class:`StoreCorruptError` naming
+the file and the record's byte offset, never wrong data.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import zlib
+from collections.abc import Sequence
+
+from .errors import StoreCorruptError
+from .jsonl_format import Codec, Header, Row, Scan, encode_header, json_str
+from .records import PreparedEvent
+
+__all__ = ["PLAIN", "Plain", "commit_line"]
+
+_JSTR = rb'"(?:[^"\\]|\\.)*"'
+#: The start of an event line, up to its data: seq, ts, kind, run_id.
+PREFIX = re.compile(
+    rb'\{"seq":(\d+),"ts":([-0-9.eE+]+),"kind":('
+    + _JSTR
+    + rb')(?:,"run_id":('
+    + _JSTR
+    + rb'))?,"data":'
+)
+_CRC = b',"crc":'
+_END = b',"end":'
+
+
+def checked(line: bytes) -> int:
+    """The length of ``line``'s checked part (before ``,"crc":``) if its checksum matches,
+    else -1."""
+    cut = line.rfind(_CRC)
+    if cut <= 0 or not line.endswith(b"}"):
+        return -1
+    digits = line[cut + 7 : -1]
+    if not digits.isdigit() or len(digits) > 10 or zlib.crc32(line[:cut]) != int(digits):
+        return -1
+    return cut
+
+
+def end_mark(body: bytes) -> tuple[int, int]:
+    """``(count, start)`` of the commit mark ending a checked line part, or ``(0, len)``.
+
+    Data is a whole JSON value, so a part ending in ``,"end":<digits>`` ends with a mark
+    (a string or object holding that text ends with ``"`` or ``}``)."""
+    if not body[-1:].isdigit():
+        return 0, len(body)
+    cut = body.rfind(_END)
+    if cut < 0:
+        return 0, len(body)
+    digits = body[cut + 7 :]
+    if not digits.isdigit():
+        return 0, len(body)
+    return int(digits), cut
+
+
+def commit_line(line: bytes) -> bool:
+    """Is ``line`` (without its newline) a whole, checked line closing a batch?"""
+    cut = checked(line)
+    return cut > 0 and end_mark(line[:cut])[0] > 0 and PREFIX.match(line) is not None
+
+
+class Plain(Codec):
+    """Format 2 in plain lines (see the module doc)."""
+
+    format = 2
+
+    def header(self, h: Header) -> bytes:
+        return encode_header(h)
+
+    def batch(
+        self,
+        events: Sequence[PreparedEvent],
+        first_seq: int,
+        ts: float,
+        stamps: Sequence[float] | None = None,
+    ) -> tuple[bytes, list[int]]:
+        stamp = repr(ts)
+        crc32 = zlib.crc32
+        last = len(events) - 1
+        out: list[bytes] = []
+        offsets: list[int] = []
+        pos = 0
+        for i, ev in enumerate(events):
+            run = "" if ev.run_id is None else f',"run_id":{json_str(ev.run_id)}'
+            when = stamp if stamps is None else repr(float(stamps[i]))
+            mark = f',"end":{last + 1}' if i == last else ""
+            line = (
+                f'{{"seq":{first_seq + i},"ts":{when},"kind":{json_str(ev.kind)}{run},'
+                f'"data":{ev.data_json}{mark}'
+            ).encode()
+            line += b',"crc":%d}\n' % crc32(line)
+            offsets.append(pos)
+            pos += len(line)
+            out.append(line)
+        return b"".join(out), offsets
+
+    def scan(self, data: bytes, base: int, head: int, path: str) -> Scan:
+        result = Scan(base, head, [], [], {}, None)
+        pos = 0
+        size = len(data)
+        expected = head + 1
+        pending: list[int] = []
+        pending_runs: list[tuple[str, int]] = []
+        prefix_match = PREFIX.match
+        while pos < size:
+            nl = data.find(b"\n", pos)
+            if nl < 0:
+                break  # a partial line: torn
+            line = data[pos:nl]
+            cut = checked(line)
+            match = prefix_match(line) if cut > 0 else None
+            if match is None or int(match.group(1)) != expected:
+                why = (
+                    "checksum mismatch"
+                    if cut <= 0
+                    else "not an event record"
+                    if match is None
+                    else f"expected seq {expected}"
+                )
+                return _stop(result, data, base, pos, why, path)
+            pending.append(base + pos)
+            run = match.group(4)
+            if run is not None:
+                pending_runs.append((json.loads(run), expected))
+            count, _ = end_mark(line[:cut])
+            if count:
+                if count != len(pending):
+                    return _stop(result, data, base, pos, "batch count mismatch", path)
+                result.offsets.extend(pending)
+                result.batch_ends.append(expected)
+                for run_id, seq in pending_runs:
+                    known = result.runs.get(run_id)
+                    result.runs[run_id] = (seq if known is None else known[0], seq)
+                result.last_ts = float(match.group(2))
+                result.head = expected
+                result.end = base + nl + 1
+                pending, pending_runs = [], []
+            expected += 1
+            pos = nl + 1
+        return result
+
+    def decode(
+        self, data: bytes, session_id: str, first_seq: int, path: str, offset: int
+    ) -> list[Row]:
+        rows = []
+        loads = json.loads
+        seq = first_seq
+        pos = 0
+        for line in data.split(b"\n")[:-1]:
+            try:
+                if checked(line) < 0:
+                    raise ValueError("checksum mismatch")
+                record = loads(line)
+                if record["seq"] != seq:
+                    raise ValueError(f"expected seq {seq}, found {record['seq']}")
+                rows.append(
+                    (seq, float(record["ts"]), record["kind"], record["data"], record.get("run_id"))
+                )
+            except (ValueError, KeyError, TypeError, RecursionError) as exc:
+                raise StoreCorruptError(
+                    f"{path}: byte {offset + pos}: session {session_id!r}: damaged event "
+                    f"record ({exc})"
+                ) from exc
+            seq += 1
+            pos += len(line) + 1
+        return rows
+
+    def raw(self, data: bytes, path: str, offset: int) -> list[tuple[str, str, str | None]]:
+        rows = []
+        for line in data.split(b"\n")[:-1]:
+            cut = checked(line)
+            match = PREFIX.match(line) if cut > 0 else None
+            if match is None:
+                raise StoreCorruptError(f"{path}: byte {offset}: damaged event record")
+            _, stop = end_mark(line[:cut])
+            run = match.group(4)
+            rows.append(
+                (
+                    json.loads(match.group(3)),
+                    line[match.end() : stop].decode("utf-8"),
+                    None if run is None else json.loads(run),
+                )
+            )
+            offset += len(line) + 1
+        return rows
+
+
+#: The codec of plain format 2 files.
+PLAIN = Plain()
+
+
+def _stop(result: Scan, data: bytes, base: int, bad: int, why: str, path: str) -> Scan:
+    """Stop at a batch that is not whole: corruption if a whole commit line follows."""
+    pos = data.find(b"\n", bad)
+    while pos >= 0:
+        nxt = data.find(b"\n", pos + 1)
+        if nxt < 0:
+            break
+        if commit_line(data[pos + 1 : nxt]):
+            result.damage = (
+                base + bad,
+                f"{path}: byte {base + bad}: {why} inside the committed region",
+            )
+            return result
+        pos = nxt
+    return result
