@@ -64,6 +64,7 @@ from .jsonl_migrate import migrate
 from .jsonl_ops import apply_op, check_header_id, fork_session
 from .jsonl_read import Reader
 from .jsonl_root import check_root, open_root
+from .jsonl_sidecar import persist
 from .jsonl_write import BatchFailure, Layout, Txn, new_header
 from .jsonl_zstd import ZSTD, require
 from .leases import holder_is_dead, lease_is_free
@@ -204,7 +205,7 @@ class JsonlStore(Reader, BatchingStore):
         if index is None or index.ino != info.st_ino:
             if index is not None:
                 index.close()
-            index = FileIndex.open(path, write=True)
+            index = FileIndex.open(path, write=True, sidecar=self._layout.sidecar(stem))
             if index is None:
                 writers[stem] = None
                 return None
@@ -216,13 +217,15 @@ class JsonlStore(Reader, BatchingStore):
             layout = self._layout
             migrate(index, layout.sessions, layout.tmp, layout.migrated, stem, self._codec)
             index.close()
-            index = writers[stem] = FileIndex.open(path, write=True)
+            index = FileIndex.open(path, write=True, sidecar=self._layout.sidecar(stem))
+            writers[stem] = index
             if index is None:
                 raise StoreCorruptError(f"{path}: the file just migrated is gone")
             info = os.stat(path)
         if index.damage is None and info.st_size > index.end:
             IO.truncate(index.fd, index.end)  # a torn tail: never served, removed durably
             IO.fsync(index.fd)
+        persist(index)  # what a scan found (if much) is kept for the next process
         if len(writers) > _KEEP_WRITERS:
             for other in [s for s in writers if s not in shared.locks and s != stem]:
                 dropped = writers.pop(other)

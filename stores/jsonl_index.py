@@ -1,8 +1,9 @@
 """An index of one JSONL session file: its header, committed region and seq -> offset map.
 
-A :class:`FileIndex` is built by scanning the file once and then kept up to date by
-reading only what was appended since (:meth:`FileIndex.refresh`), so a read of the last
-50 events of a long session reads those 50 lines and nothing else. Readers keep one per
+A :class:`FileIndex` is loaded from the file's sidecar (:mod:`stores.jsonl_sidecar`, the
+index its writer saved) or built by scanning the file, then kept up to date by reading
+only what was appended since (:meth:`FileIndex.refresh`), so a read of the last 50
+events of a long session reads those 50 lines and nothing else. Readers keep one per
 session per handle and never lock anything: the committed region only grows by whole
 batches; a file that is rewritten is replaced by a new one (a new inode), which the
 index notices and reloads.
@@ -12,12 +13,14 @@ from __future__ import annotations
 
 import bisect
 import os
+import zlib
 from array import array
 
 from .errors import StoreCorruptError, StoreIOError
 from .jsonl_format import Codec, Header, Row, corrupt, decode_header
 from .jsonl_lines import PLAIN
 from .jsonl_migrate import FORMAT1
+from .jsonl_sidecar import load
 from .jsonl_zstd import MAGIC, ZSTD
 
 __all__ = ["FileIndex", "read_exact"]
@@ -67,12 +70,25 @@ class FileIndex:
         self.runs: dict[str, tuple[int, int]] = {}
         self.last_ts: float | None = None
         self.damage: tuple[int, str] | None = None
+        #: The sidecar (None: not kept), what of it this index last saw (its inode and
+        #: size), and how far it goes: see :mod:`stores.jsonl_sidecar`.
+        self.sidecar: str | None = None
+        self.sidecar_seen: tuple[int, int] | None = None
+        self.header_crc = 0
+        self.saved_end = data_start
+        self.saved_head = header.base_seq
+        self.saved_ends = 0
+        #: ``(run_id, first, last)`` spans indexed since the last save.
+        self.fresh_runs: list[tuple[str, int, int]] = []
 
     # -- opening ------------------------------------------------------------------------
 
     @classmethod
-    def open(cls, path: str, *, write: bool = False) -> FileIndex | None:
-        """Open and index the file at ``path``; ``None`` if it does not exist."""
+    def open(
+        cls, path: str, *, write: bool = False, sidecar: str | None = None
+    ) -> FileIndex | None:
+        """Open and index the file at ``path`` (loading what ``sidecar`` holds of its
+        index); ``None`` if it does not exist."""
         try:
             fd = os.open(path, (os.O_RDWR | os.O_APPEND) if write else os.O_RDONLY)
         except FileNotFoundError:
@@ -80,14 +96,14 @@ class FileIndex:
         except OSError as exc:
             raise StoreIOError(f"{path}: cannot open ({exc})") from exc
         try:
-            index = cls.from_fd(path, fd)
+            index = cls.from_fd(path, fd, sidecar)
         except BaseException:
             os.close(fd)
             raise
         return index
 
     @classmethod
-    def from_fd(cls, path: str, fd: int) -> FileIndex:
+    def from_fd(cls, path: str, fd: int, sidecar: str | None = None) -> FileIndex:
         """Index an open file (the index owns ``fd`` from now on)."""
         try:
             info = os.fstat(fd)
@@ -116,9 +132,13 @@ class FileIndex:
                 raise StoreCorruptError(
                     f"{path}: byte {len(first)}: the header record is cut short"
                 )
-            header, start = decode_header(first[:newline], path), newline + 1
+            line, start = first[:newline], newline + 1
+            header = decode_header(line, path)
             codec = PLAIN if header.format == PLAIN.format else FORMAT1
         index = cls(path, fd, info.st_ino, header, start, codec)
+        index.header_crc = zlib.crc32(line)
+        index.sidecar = sidecar
+        load(index, info.st_size)
         index.refresh(info.st_size)
         return index
 
@@ -143,6 +163,7 @@ class FileIndex:
         for run_id, (first, last) in found.runs.items():
             known = self.runs.get(run_id)
             self.runs[run_id] = (first if known is None else known[0], last)
+            self.fresh_runs.append((run_id, first, last))
         if found.last_ts is not None:
             self.last_ts = found.last_ts
         self.end, self.head, self.damage = found.end, found.head, found.damage
@@ -157,6 +178,13 @@ class FileIndex:
         self.runs = {}
         self.last_ts = None
         self.damage = None
+        self.saved_end, self.saved_head, self.saved_ends = self.data_start, self.head, 0
+        self.fresh_runs = []
+
+    def saved(self) -> None:
+        """What is indexed is in the sidecar now."""
+        self.saved_end, self.saved_head, self.saved_ends = self.end, self.head, len(self.batch_ends)
+        self.fresh_runs = []
 
     def appended(
         self,
@@ -174,6 +202,7 @@ class FileIndex:
         for run_id, seq in runs:
             known = self.runs.get(run_id)
             self.runs[run_id] = (seq if known is None else known[0], seq)
+            self.fresh_runs.append((run_id, seq, seq))
         self.last_ts = ts
         self.end = self.scanned_size = start + size
 

@@ -88,6 +88,7 @@ def _apply(layout: Layout, txn: Txn, op: WriteOp, now: float) -> int:
     for name, _, _ in index.header.bases:
         txn.on_commit(_unlinker(layout.base(name)))
     txn.on_commit(_unlinker(os.path.join(layout.projections, f"{stem}.json")))
+    txn.on_commit(_unlinker(layout.sidecar(stem)))
     return 1
 
 

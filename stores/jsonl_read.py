@@ -86,7 +86,7 @@ class Reader:
             return view
         if view is not None:
             self._views.pop(stem).close()
-        view = FileIndex.open(path)
+        view = FileIndex.open(path, sidecar=self._layout.sidecar(stem))
         if view is None:
             return None
         if session_id:

@@ -26,7 +26,7 @@ __all__ = ["MARKER", "STORE_FORMAT", "check_root", "open_root"]
 MARKER = "tidelog-jsonl.json"
 #: The store-level format this code writes (the marker's ``"format"``).
 STORE_FORMAT = 1
-_SUBDIRS = ("sessions", "locks", "bases", "projections", "intents", "tmp", "migrated")
+_SUBDIRS = ("sessions", "locks", "bases", "projections", "intents", "tmp", "migrated", "index")
 
 
 def check_root(root: object) -> str:

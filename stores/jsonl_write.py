@@ -32,6 +32,7 @@ from .errors import (
 from .jsonl_files import IO, Shared, fsync_dir, publish, write_all
 from .jsonl_format import Codec, Header, file_stem
 from .jsonl_index import FileIndex
+from .jsonl_sidecar import persist
 from .records import PreparedEvent
 
 __all__ = ["BatchFailure", "Layout", "Txn"]
@@ -61,12 +62,17 @@ class Layout:
         self.intents = os.path.join(root, "intents")
         self.changes = os.path.join(root, "changes")
         self.migrated = os.path.join(root, "migrated")
+        self.index = os.path.join(root, "index")
 
     def session(self, stem: str) -> str:
         return os.path.join(self.sessions, f"{stem}.jsonl")
 
     def base(self, name: str) -> str:
         return os.path.join(self.bases, name)
+
+    def sidecar(self, stem: str) -> str:
+        """The persisted index of a session's file (:mod:`stores.jsonl_sidecar`)."""
+        return os.path.join(self.index, f"{stem}.idx")
 
 
 def new_header(
@@ -109,6 +115,8 @@ class Txn:
         self._commits: list[Callable[[], None]] = []
         self._taken: list[str] = []
         self._written: dict[str, int] = {}
+        #: The indexes of the files written: their sidecars are saved at the commit.
+        self._indexes: dict[str, FileIndex] = {}
         self._dirs: set[str] = set()
         self.changed = False
 
@@ -153,6 +161,9 @@ class Txn:
             shared.dirty_dirs |= self._dirs
         for commit in self._commits:  # group commit points: a failure fails the batch
             commit()
+        for index in self._indexes.values():  # committed: the sidecars may say so
+            if index.fd >= 0:
+                persist(index)
         for step in self._done:
             with contextlib.suppress(OSError):
                 step()
@@ -260,16 +271,18 @@ class Txn:
             len(index.offsets),
             len(index.batch_ends),
             index.last_ts,
+            len(index.fresh_runs),
         )
         runs = [(ev.run_id, first + i) for i, ev in enumerate(events) if ev.run_id is not None]
         before = {run_id: index.runs.get(run_id) for run_id, _ in runs}
 
         def undo() -> None:
             IO.truncate(index.fd, start)
-            end, scanned, head, n_offsets, n_ends, last_ts = state
+            end, scanned, head, n_offsets, n_ends, last_ts, n_runs = state
             index.end, index.scanned_size, index.head, index.last_ts = end, scanned, head, last_ts
             del index.offsets[n_offsets:]
             del index.batch_ends[n_ends:]
+            del index.fresh_runs[n_runs:]
             for run_id, known in before.items():
                 if known is None:
                     index.runs.pop(run_id, None)
@@ -285,6 +298,7 @@ class Txn:
         self._undo.append(undo)
         index.appended(start, len(data), offsets, first, runs, now if not stamps else stamps[-1])
         self._written[index.path] = index.fd
+        self._indexes[index.path] = index
         self.changed = True
         return index.head
 
@@ -344,11 +358,12 @@ class Txn:
         self.shared.writers[stem] = index
 
     def _open(self, stem: str, path: str) -> FileIndex:
-        index = FileIndex.open(path, write=True)
+        index = FileIndex.open(path, write=True, sidecar=self.layout.sidecar(stem))
         if index is None:
             raise StoreCorruptError(f"{path}: the file just published is gone")
         old = self.shared.writers.get(stem)
         self.shared.writers[stem] = index
+        self._indexes[path] = index
         if old is not None and old is not index:
             self._done.append(old.close)
         return index

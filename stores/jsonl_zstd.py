@@ -45,9 +45,9 @@ class _NoZstdError(Exception):
     """Stands for ``zstandard.ZstdError`` when the package is missing (never raised)."""
 
 
-_ZstdError: type[Exception] = _NoZstdError if zstandard is None else zstandard.ZstdError
+ZstdError: type[Exception] = _NoZstdError if zstandard is None else zstandard.ZstdError
 
-__all__ = ["MAGIC", "ZSTD", "Zstd", "available", "frame_size", "require"]
+__all__ = ["MAGIC", "ZSTD", "Zstd", "ZstdError", "available", "frame_size", "require"]
 
 #: The first four bytes of a zstd frame.
 MAGIC = b"\x28\xb5\x2f\xfd"
@@ -166,7 +166,7 @@ class Zstd(Codec):
         """The scan of ``frame`` if it decodes to exactly one whole batch after ``head``."""
         try:
             text = self.expand(frame)
-        except _ZstdError:
+        except ZstdError:
             return None
         found = PLAIN.scan(text, 0, head, path)
         if found.damage or found.end != len(text) or len(found.batch_ends) != 1:
@@ -181,7 +181,7 @@ class Zstd(Codec):
             if n > 0:
                 try:
                     text = self.expand(memoryview(data)[pos : pos + n])
-                except _ZstdError:
+                except ZstdError:
                     text = b""
                 lines = text.split(b"\n")
                 if len(lines) > 1 and lines[-1] == b"" and commit_line(lines[-2]):
@@ -203,7 +203,7 @@ class Zstd(Codec):
                 if n <= 0:
                     raise ValueError("not a whole zstd frame")
                 out.append(self.expand(view[pos : pos + n]))
-            except (ValueError, _ZstdError) as exc:
+            except (ValueError, ZstdError) as exc:
                 raise StoreCorruptError(
                     f"{path}: byte {offset + pos}: damaged zstd frame ({exc})"
                 ) from exc
@@ -234,7 +234,7 @@ class Zstd(Codec):
             if n < 0:
                 raise ValueError("not a zstd frame")
             text = self.expand(memoryview(first)[:n])
-        except (ValueError, _ZstdError) as exc:
+        except (ValueError, ZstdError) as exc:
             raise StoreCorruptError(f"{path}: byte 0: damaged header frame ({exc})") from exc
         if not text.endswith(b"\n") or text.count(b"\n") != 1:
             raise StoreCorruptError(f"{path}: byte 0: the header frame is not one record")
