@@ -27,6 +27,7 @@ session another one holds (:class:`~stores.errors.SessionOwnedError` for that op
 from __future__ import annotations
 
 import contextlib
+import functools
 import math
 import os
 import time
@@ -257,7 +258,7 @@ class JsonlStore(Reader, BatchingStore):
             txn = self._txn(shared, sync=sync)
             layout = self._layout
             try:
-                return run_batch(ops, txn, lambda t, op, now: apply_op(layout, t, op, now))
+                return run_batch(ops, txn, functools.partial(apply_op, layout))
             except BatchFailure as failure:
                 raise failure.error from failure.__cause__
             except OSError as exc:

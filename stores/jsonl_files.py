@@ -50,7 +50,10 @@ IO = _IO()
 
 def write_all(fd: int, data: bytes) -> None:
     """Write all of ``data`` (a short write continues where it stopped)."""
-    view = memoryview(data)
+    written = IO.write(fd, data)
+    if written == len(data):  # the usual case: one call
+        return
+    view = memoryview(data)[written:]
     while view:
         written = IO.write(fd, view)  # type: ignore[arg-type]
         view = view[written:]

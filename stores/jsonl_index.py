@@ -196,7 +196,10 @@ class FileIndex:
         ts: float,
     ) -> None:
         """Record a batch this process just wrote at ``start`` (``size`` bytes)."""
-        self.offsets.extend(start + o for o in line_offsets)
+        if len(line_offsets) == 1:
+            self.offsets.append(start)
+        else:
+            self.offsets.extend([start + o for o in line_offsets])
         self.head = first + len(line_offsets) - 1
         self.batch_ends.append(self.head)
         for run_id, seq in runs:

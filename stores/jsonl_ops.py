@@ -40,6 +40,19 @@ def apply_op(layout: Layout, txn: Txn, op: WriteOp, now: float) -> int:
 
 
 def _apply(layout: Layout, txn: Txn, op: WriteOp, now: float) -> int:
+    if type(op) is AppendOp:  # the usual op: an append to a session this process holds
+        shared = txn.shared
+        stem = _stem(op.session_id)
+        held = shared.locks.get(stem)
+        if held is not None and (op.owner is None or held.owner == op.owner):
+            index = shared.writers.get(stem)
+            if (
+                index is not None
+                and index.damage is None
+                and op.events
+                and (op.expected_head is None or op.expected_head == index.head)
+            ):
+                return txn.append(index, op.events, now)
     if isinstance(op, GroupOp):
         return _apply_group(layout, txn, op, now)
     if not isinstance(op, RestoreOp) and op.owner is not None:

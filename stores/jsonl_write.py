@@ -265,7 +265,7 @@ class Txn:
         data, offsets = index.codec.batch(events, first, now, stamps)
         start = index.end
         state = (
-            index.end,
+            start,
             index.scanned_size,
             index.head,
             len(index.offsets),
@@ -273,8 +273,12 @@ class Txn:
             index.last_ts,
             len(index.fresh_runs),
         )
-        runs = [(ev.run_id, first + i) for i, ev in enumerate(events) if ev.run_id is not None]
-        before = {run_id: index.runs.get(run_id) for run_id, _ in runs}
+        if len(events) == 1:  # the usual op: one awaited append
+            run_id = events[0].run_id
+            runs = [] if run_id is None else [(run_id, first)]
+        else:
+            runs = [(ev.run_id, first + i) for i, ev in enumerate(events) if ev.run_id]
+        before = {run_id: index.runs.get(run_id) for run_id, _ in runs} if runs else {}
 
         def undo() -> None:
             IO.truncate(index.fd, start)
