@@ -216,8 +216,11 @@ class JsonlStore(Reader, BatchingStore):
         check_header_id(index.header, session_id, path)
         if index.header.format < FORMAT:  # publish a format 2 successor, then write that
             layout = self._layout
-            migrate(index, layout.sessions, layout.tmp, layout.migrated, stem, self._codec)
-            index.close()
+            del writers[stem]  # never cached: nothing may append to a format 1 file
+            try:
+                migrate(index, layout.sessions, layout.tmp, layout.migrated, stem, self._codec)
+            finally:
+                index.close()
             index = FileIndex.open(path, write=True, sidecar=self._layout.sidecar(stem))
             writers[stem] = index
             if index is None:

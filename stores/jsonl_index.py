@@ -16,7 +16,7 @@ import os
 import zlib
 from array import array
 
-from .errors import StoreCorruptError, StoreIOError
+from .errors import StoreCorruptError, StoreIOError, UnsupportedFormatError
 from .jsonl_format import Codec, Header, Row, corrupt, decode_header
 from .jsonl_lines import PLAIN
 from .jsonl_migrate import FORMAT1
@@ -119,8 +119,10 @@ class FileIndex:
                 raise StoreCorruptError(f"{path}: byte {len(first)}: the header frame is cut short")
             line, start = found
             header = decode_header(line, path)
-            if header.format != ZSTD.format:
-                raise StoreCorruptError(f"{path}: byte 0: a compressed file of format 1")
+            if header.format != ZSTD.format:  # tidelog never wrote one
+                raise UnsupportedFormatError(
+                    f"{path}: a compressed session file of format {header.format}"
+                )
             codec: Codec = ZSTD
         else:
             newline = first.find(b"\n")

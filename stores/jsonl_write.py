@@ -30,7 +30,7 @@ from .errors import (
     TidelogError,
 )
 from .jsonl_files import IO, Shared, fsync_dir, publish, write_all
-from .jsonl_format import Codec, Header, file_stem
+from .jsonl_format import FORMAT, Codec, Header, file_stem
 from .jsonl_index import FileIndex
 from .jsonl_sidecar import persist
 from .records import PreparedEvent
@@ -261,6 +261,8 @@ class Txn:
     ) -> int:
         """Append one batch at the end of the session's file; the new head. ``stamps``:
         each event's own commit time (a restore) instead of ``now``."""
+        if index.header.format != FORMAT:  # migrated first (JsonlStore._writer_index)
+            raise StoreCorruptError(f"{index.path}: a format {index.header.format} file")
         first = index.head + 1
         data, offsets = index.codec.batch(events, first, now, stamps)
         start = index.end
