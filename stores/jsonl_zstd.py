@@ -31,7 +31,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from .errors import InvalidArgumentError, StoreCorruptError, UnsupportedFormatError
-from .jsonl_format import Codec, Header, Row, Scan, encode_header
+from .jsonl_format import Codec, Header, Row, Scan, decode_header, encode_header
 from .jsonl_lines import PLAIN, commit_line
 from .records import PreparedEvent
 
@@ -226,19 +226,25 @@ class Zstd(Codec):
 
     def read_header(self, first: bytes, path: str) -> tuple[bytes, int] | None:
         """``(header line, frame size)`` of the header frame at the start of ``first``;
-        None if ``first`` holds only part of it."""
+        None if ``first`` holds only part of it. A first frame that is not a checksummed
+        frame holding one tidelog header record is not a tidelog file
+        (:class:`UnsupportedFormatError`, as for a plain file without a header)."""
         n = frame_size(first, 0)
         if n == TORN:
             return None
         try:
             if n < 0:
-                raise ValueError("not a zstd frame")
+                raise ValueError("not a checksummed zstd frame")
             text = self.expand(memoryview(first)[:n])
         except (ValueError, ZstdError) as exc:
-            raise StoreCorruptError(f"{path}: byte 0: damaged header frame ({exc})") from exc
-        if not text.endswith(b"\n") or text.count(b"\n") != 1:
+            raise UnsupportedFormatError(
+                f"{path}: not a tidelog session file (a zstd stream without a header record: {exc})"
+            ) from exc
+        line = text.split(b"\n", 1)[0]
+        decode_header(line, path)  # a foreign record: UnsupportedFormatError
+        if text != line + b"\n":
             raise StoreCorruptError(f"{path}: byte 0: the header frame is not one record")
-        return text[:-1], n
+        return line, n
 
 
 #: The codec of compressed files.

@@ -14,7 +14,14 @@ from pathlib import Path
 import pytest
 import zstandard
 
-from stores import JsonlStore, NewEvent, StoreCorruptError, StoredEvent, jsonl_index
+from stores import (
+    JsonlStore,
+    NewEvent,
+    StoreCorruptError,
+    StoredEvent,
+    UnsupportedFormatError,
+    jsonl_index,
+)
 from stores.jsonl_format import file_stem
 from stores.jsonl_zstd import MAGIC, frame_size
 
@@ -296,6 +303,38 @@ def test_damaged_frame_before_a_whole_one_is_corruption(zroot: Path, where: str)
         assert store.head("s") == 6
     finally:
         store.close()
+
+
+@pytest.mark.parametrize(
+    "content",
+    [
+        b"hello, zstd\n",
+        b'{"tidelog":"session","format":3,"id":"s"}\n',
+        b'{"tidelog":"session","format":1,"id":"s","incarnation":1,"epoch":0,"cuts":[],'
+        b'"created_at":1.0,"updated_at":1.0,"header":{},"parent":null,"base_seq":0,'
+        b'"bases":[]}\n',
+    ],
+    ids=["foreign", "newer", "format-1-compressed"],
+)
+@pytest.mark.parametrize("checksum", [True, False])
+def test_foreign_or_newer_compressed_file_is_refused_untouched(
+    zroot: Path, content: bytes, checksum: bool
+) -> None:
+    """A zstd stream that is not a tidelog file, or holds a header of a format tidelog
+    never compressed, is refused with UnsupportedFormatError, reads and writes alike, and
+    left byte for byte as it was."""
+    path = session_file(zroot, "s")
+    data = zstandard.ZstdCompressor(write_checksum=checksum).compress(content)
+    path.write_bytes(data)
+    store = JsonlStore(zroot, compress=True)
+    try:
+        with pytest.raises(UnsupportedFormatError):
+            store.read("s")
+        with pytest.raises(UnsupportedFormatError):
+            store.append("s", [NewEvent("k")])
+    finally:
+        store.close()
+    assert path.read_bytes() == data
 
 
 def test_read_of_the_newest_events_decompresses_only_their_frames(
