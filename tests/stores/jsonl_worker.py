@@ -4,7 +4,8 @@ Usage::
 
     python jsonl_worker.py create ROOT ID GO       # wait for file GO, create ID, print result
     python jsonl_worker.py hold ROOT ID            # take ID's lease, print "held", sleep
-    python jsonl_worker.py append ROOT ID N        # N appends of 1..5 events (batch-tagged)
+    python jsonl_worker.py append ROOT ID N [Z]    # N appends of 1..5 events (batch-tagged),
+                                                   # zstd frames if Z is "zstd"
     python jsonl_worker.py group ROOT STEP         # a group write, SIGKILLed at STEP
     python jsonl_worker.py migrate ROOT ID STEP Z  # append to format 1 ID, SIGKILLed at STEP
                                                    # of its migration (Z: "zstd" or "plain")
@@ -70,7 +71,7 @@ def main() -> None:
         print("held", flush=True)
         time.sleep(600)
     elif command == "append":
-        store = JsonlStore(root)
+        store = JsonlStore(root, compress=sys.argv[5:] == ["zstd"])
         rng = random.Random(7)
         for batch in range(int(sys.argv[4])):
             size = rng.choice((1, 2, 3, 5))

@@ -112,10 +112,12 @@ def test_lease_is_a_kernel_lock_that_dies_with_its_process(root: Path) -> None:
         reap(child)
 
 
-def test_reader_process_sees_whole_batches_while_another_writes(root: Path) -> None:
-    """Reading a file while another process appends to it returns contiguous seqs made of
-    whole batches, never an error; data_version changes as the writer commits."""
-    child = spawn("append", str(root), "s", "400")
+@pytest.mark.parametrize("encoding", ["plain", "zstd"])
+def test_reader_process_sees_whole_batches_while_another_writes(root: Path, encoding: str) -> None:
+    """Reading a file (plain or zstd frames) while another process appends to it returns
+    contiguous seqs made of whole batches, never an error; data_version changes as the
+    writer commits."""
+    child = spawn("append", str(root), "s", "400", encoding)
     store = JsonlStore(root)
     try:
         versions = set()
@@ -138,6 +140,8 @@ def test_reader_process_sees_whole_batches_while_another_writes(root: Path) -> N
             assert not tail or tail[-1] >= last
         assert child.wait(timeout=60) == 0
         assert len(versions) > 2
+        first = (root / "sessions" / "s.jsonl").read_bytes()[:4]
+        assert first == (b"\x28\xb5\x2f\xfd" if encoding == "zstd" else b'{"ti')
     finally:
         store.close()
         reap(child)
