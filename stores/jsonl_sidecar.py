@@ -147,20 +147,33 @@ def load(index: FileIndex, size: int) -> None:
     runs: dict[str, tuple[int, int]] = {}
     end, last, last_ts, pos = index.data_start, index.header.base_seq, None, len(head)
     view = memoryview(data)
-    while pos + 8 <= len(data):
+    while pos + 8 + _CHUNK.size <= len(data):
         (n,) = _LEN.unpack_from(data, pos)
         body = view[pos + 4 : pos + 4 + n]
-        if len(body) != n or pos + 8 + n > len(data):
-            break
+        if n < _CHUNK.size or pos + 8 + n > len(data):
+            break  # cut short (or zeros a crash left)
         if _LEN.unpack_from(data, pos + 4 + n)[0] != zlib.crc32(body):
             break
         start, stop, before, after, ts, count, n_ends = _CHUNK.unpack_from(body)
-        if (start, before) != (end, last) or after - before != count or stop > size:
-            break
         cut = _CHUNK.size + 8 * count
+        if (
+            (start, before) != (end, last)
+            or after - before != count
+            or not end < stop <= size
+            or cut + 8 * n_ends > n
+            or not 0 < n_ends <= count
+        ):
+            break
+        try:
+            found = json.loads(bytes(body[cut + 8 * n_ends :]))
+            spans = {str(r): (int(first), int(final)) for r, (first, final) in found.items()}
+        except (ValueError, TypeError, AttributeError):
+            break
         offsets.frombytes(body[_CHUNK.size : cut])
         ends.frombytes(body[cut : cut + 8 * n_ends])
-        for run_id, (first, final) in json.loads(bytes(body[cut + 8 * n_ends :])).items():
+        if ends[-1] != after:
+            break  # (the sidecar is then ignored: the last line check fails)
+        for run_id, (first, final) in spans.items():
             known = runs.get(run_id)
             runs[run_id] = (first if known is None else known[0], final)
         end, last, last_ts = stop, after, (None if math.isnan(ts) else ts)
@@ -171,7 +184,9 @@ def load(index: FileIndex, size: int) -> None:
     index.end = index.scanned_size = end
     index.head, index.last_ts = last, last_ts
     index.saved()
-    index.sidecar_seen = (info.st_ino, pos) if pos == len(data) else None
+    index.sidecar_seen = (info.st_ino, pos)
+    if pos != len(data):  # something after the last good chunk: the next save rewrites
+        index.saved_end, index.sidecar_seen = index.data_start, None
 
 
 def _last_line_holds(index: FileIndex, offsets: array[int], end: int, head: int) -> bool:

@@ -127,10 +127,10 @@ def test_sidecar_ahead_of_a_file_that_lost_its_tail_is_not_used(tmp_path: Path) 
         reader.close()
 
 
-@pytest.mark.parametrize("damage", ["torn", "flipped", "garbage", "empty"])
+@pytest.mark.parametrize("damage", ["torn", "flipped", "garbage", "empty", "zeros"])
 def test_torn_or_damaged_sidecar_is_ignored_or_cut(tmp_path: Path, damage: str) -> None:
-    """A sidecar cut short, with a flipped byte, garbage or empty: reads return what the
-    file holds, and the next writer saves a whole sidecar again."""
+    """A sidecar cut short, with a flipped byte, garbage, empty or ending in zeros: reads
+    return what the file holds, and the next writer saves a whole sidecar again."""
     root = tmp_path / "store"
     store = JsonlStore(root)
     fill(store, 40)
@@ -143,6 +143,8 @@ def test_torn_or_damaged_sidecar_is_ignored_or_cut(tmp_path: Path, damage: str) 
         data[len(data) // 2] ^= 0x10
     elif damage == "garbage":
         data = bytearray(b"\x00garbage" * 100)
+    elif damage == "zeros":  # a tail of zeros, as a crash can leave
+        data += bytes(4096)
     else:
         data = bytearray()
     side.write_bytes(bytes(data))
