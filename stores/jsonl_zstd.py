@@ -33,7 +33,7 @@ from typing import Any
 from .errors import InvalidArgumentError, StoreCorruptError, UnsupportedFormatError
 from .jsonl_format import Codec, Header, Row, Scan, decode_header, encode_header
 from .jsonl_lines import PLAIN, commit_line
-from .records import PreparedEvent
+from .records import MAX_BATCH_BYTES, PreparedEvent
 
 try:
     import zstandard
@@ -53,6 +53,8 @@ __all__ = ["MAGIC", "ZSTD", "Zstd", "ZstdError", "available", "frame_size", "req
 MAGIC = b"\x28\xb5\x2f\xfd"
 #: The compression level of the frames.
 LEVEL = 3
+#: The most a frame may hold: a whole batch (``MAX_BATCH_BYTES`` of data) and its lines.
+MAX_CONTENT = 4 * MAX_BATCH_BYTES
 #: What :func:`frame_size` returns for a frame that is cut short / damaged.
 TORN, BAD = -1, -2
 _HINT = "it needs the zstandard package: pip install 'tidelog[jsonl-zstd]'"
@@ -125,8 +127,13 @@ class Zstd(Codec):
         return result
 
     def expand(self, frame: bytes | memoryview) -> bytes:
-        """The content of one whole frame (raises ``zstandard.ZstdError`` if damaged)."""
-        result: bytes = self._ctx()[1].decompress(frame)
+        """The content of one whole frame (raises ``zstandard.ZstdError`` if damaged, or if
+        its header claims more than a batch can hold: nothing is allocated for it)."""
+        decompressor = self._ctx()[1]
+        size = zstandard.frame_content_size(frame)
+        if not 0 <= size <= MAX_CONTENT:
+            raise zstandard.ZstdError(f"a frame claiming {size} bytes")
+        result: bytes = decompressor.decompress(frame)
         return result
 
     def header(self, h: Header) -> bytes:

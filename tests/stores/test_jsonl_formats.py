@@ -305,6 +305,31 @@ def test_damaged_frame_before_a_whole_one_is_corruption(zroot: Path, where: str)
         store.close()
 
 
+def test_frame_claiming_an_absurd_size_is_damage_not_an_allocation(zroot: Path) -> None:
+    """A frame whose header claims 4 GiB of content is damaged: torn if last, else corrupt."""
+    store = JsonlStore(zroot, compress=True)
+    for n in range(3):
+        store.append("s", [NewEvent("k", {"n": n, "i": i, "p": "x" * 400}) for i in range(200)])
+    store.close()
+    path = session_file(zroot, "s")
+    clean = path.read_bytes()
+    for which, expected in ((-1, 400), (-2, None)):
+        offset, _ = frames(path)[which]
+        data = bytearray(clean)
+        assert data[offset + 4] >> 6 == 2  # a 4-byte content size, right after the descriptor
+        data[offset + 5 : offset + 9] = b"\xff\xff\xff\xff"
+        path.write_bytes(bytes(data))
+        reader = JsonlStore(zroot, read_only=True)
+        try:
+            if expected is not None:
+                assert reader.head("s") == expected
+            else:
+                with pytest.raises(StoreCorruptError, match=f"byte {offset}"):
+                    reader.head("s")
+        finally:
+            reader.close()
+
+
 @pytest.mark.parametrize(
     "content",
     [
