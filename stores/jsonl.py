@@ -398,13 +398,15 @@ class JsonlStore(Reader, BatchingStore):
         return lost
 
     def release_lease(self, session_id: str, owner: str) -> None:
-        """See :meth:`Store.release_lease`: the lock is released."""
+        """See :meth:`Store.release_lease`: the lock is released (after the session's
+        sidecar got what it lacked)."""
         validate_session_id(session_id)
         check_lease_args(owner)
         stem = file_stem(session_id)
         with self._writing("release_lease") as shared:
             held = shared.locks.get(stem)
             if held is not None and held.owner == owner:
+                _save_index(shared.writers.get(stem))  # the last chance under the lock
                 shared.unlock(stem)
 
     def list_leases(self, *, prefix: str | None = None) -> list[LeaseInfo]:
@@ -470,7 +472,19 @@ class JsonlStore(Reader, BatchingStore):
                 os.close(self._changes_fd)
             self._changes_fd = -1
         if shared is not None:
-            release_shared(shared, lambda index: index.close() if index is not None else None)  # type: ignore[attr-defined]
+            release_shared(shared, _close_index, _save_index)
+
+
+def _close_index(index: object) -> None:
+    if isinstance(index, FileIndex):
+        index.close()
+
+
+def _save_index(index: object) -> None:
+    """At the close of a process's last handle: the sidecar of a session it still holds
+    gets what is left (its batches are committed: no batch runs now)."""
+    if isinstance(index, FileIndex) and index.fd >= 0:
+        persist(index, force=True)
 
 
 _: type[Store] = JsonlStore

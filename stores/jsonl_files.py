@@ -225,14 +225,23 @@ def shared_for(root: str) -> Shared:
         return shared
 
 
-def release_shared(shared: Shared, close_index: Callable[[object], None]) -> None:
-    """Drop one handle's count; the last one releases every lock and file of the process."""
+def release_shared(
+    shared: Shared,
+    close_index: Callable[[object], None],
+    save_index: Callable[[object], None] | None = None,
+) -> None:
+    """Drop one handle's count; the last one releases every lock and file of the process,
+    first handing ``save_index`` each writer index whose lock it still holds."""
     with _REGISTRY_LOCK:
         shared.handles -= 1
         if shared.handles > 0:
             return
         _REGISTRY.pop(shared.key, None)
     with shared.mutex:
+        if save_index is not None:
+            for stem, index in shared.writers.items():
+                if stem in shared.locks and index is not None:
+                    save_index(index)
         for stem in list(shared.locks):
             shared.unlock(stem)
         for index in shared.writers.values():

@@ -13,8 +13,9 @@ ends, run spans and last time) and ends with a CRC-32 of itself. Loading takes t
 chunks in order while each is whole, checksummed and continues the previous one.
 
 **Who writes it.** Only the holder of the session's lock (a writer), after a batch
-committed -- never for a batch that may still be undone -- and after it scanned the file
-when taking the lock; each save appends one chunk for what is new since the last one
+committed -- never for a batch that may still be undone --, after it scanned the file
+when taking the lock, and when it releases the lease or closes its last handle (what is
+left); each save appends one chunk for what is new since the last one
 (its size follows the data: saving costs O(new events)), or rewrites the sidecar whole
 (temporary file and rename) when the one there is not the one this writer last saw. It
 is never fsynced: it is a cache.

@@ -189,3 +189,24 @@ def test_writers_in_turn_in_two_processes_keep_the_sidecar_true(tmp_path: Path) 
         assert reader.find_run("s", "again2") is not None
     finally:
         reader.close()
+
+
+@pytest.mark.parametrize("end", ["release", "close"])
+def test_a_writer_leaving_saves_the_rest_of_the_index(tmp_path: Path, end: str) -> None:
+    """A writer releasing its lease, or closing while it holds it, leaves a sidecar that
+    covers the whole file (a new handle then scans none of it)."""
+    root = tmp_path / "store"
+    store = JsonlStore(root)
+    store.acquire_lease("s", "me", ttl=60, holder="test")
+    fill(store, 250, size=1)  # less than one save's worth
+    if end == "release":
+        store.release_lease("s", "me")
+    store.close()
+    path = root / "sessions" / "s.jsonl"
+    assert path.stat().st_size < STEP
+    index = jsonl_index.FileIndex.open(str(path), sidecar=str(root / "index" / "s.idx"))
+    assert index is not None
+    try:
+        assert (index.saved_end, index.head) == (path.stat().st_size, 250)
+    finally:
+        index.close()
