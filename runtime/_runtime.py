@@ -31,7 +31,6 @@ from stores import (
     ClosedError,
     InvalidArgumentError,
     InvalidSessionIdError,
-    JsonlStore,
     ListOrder,
     NewEvent,
     Pin,
@@ -40,7 +39,6 @@ from stores import (
     SessionInfo,
     SessionNotFoundError,
     SessionOwnedError,
-    SqliteStore,
     Store,
     StoredEvent,
     TidelogError,
@@ -53,7 +51,7 @@ from stores._checks import check_list_args
 from stores.records import MAX_ID_LENGTH, check_count, check_flag, validate_header
 from stores.sqlite_schema import Synchronous
 from stores.sqlite_schema import check_options as check_sqlite_options
-from stores.urls import is_postgres_url, open_postgres_url
+from stores.urls import open_store
 
 from ._folding import Watch
 from ._groups import plain_errors
@@ -684,31 +682,21 @@ async def open_runtime(
     _check_options(
         synchronous, busy_timeout_ms, lease_ttl, idle_timeout, batch_window, poll_interval
     )
-    if is_postgres_url(target):  # a PostgresStore (psycopg: the optional extra)
+    if isinstance(target, str | os.PathLike):  # an address: stores.urls decides the backend
         store: Store = await trio.to_thread.run_sync(
             functools.partial(
-                open_postgres_url, target, synchronous=synchronous, busy_timeout_ms=busy_timeout_ms
-            )
-        )
-        owns_store = True
-    elif isinstance(target, str | os.PathLike):
-        path = target
-
-        def _open() -> Store:
-            if os.path.isdir(path):  # a directory: a JSONL store (stores.jsonl)
-                return JsonlStore(path, synchronous=synchronous, busy_timeout_ms=busy_timeout_ms)
-            return SqliteStore(
-                path,
+                open_store,
+                target,
                 synchronous=synchronous,
                 busy_timeout_ms=busy_timeout_ms,
-                # NORMAL: commits never fsync, and a checkpoint in a commit costs two
-                # fsyncs; the WalCheckpointer runs them beside the commits instead. FULL:
-                # every commit fsyncs the WAL anyway, and a concurrent checkpoint's fsync
-                # only competes with it (measured slower here), so SQLite's default stays.
-                checkpoints="deferred" if synchronous == "normal" else "auto",
+                # SQLite, NORMAL: commits never fsync, and a checkpoint in a commit costs
+                # two fsyncs; the WalCheckpointer runs them beside the commits instead.
+                # FULL: every commit fsyncs the WAL anyway, and a concurrent checkpoint's
+                # fsync only competes with it (measured slower here), so SQLite's default
+                # stays.
+                sqlite_checkpoints="deferred" if synchronous == "normal" else "auto",
             )
-
-        store = await trio.to_thread.run_sync(_open)
+        )
         owns_store = True
     elif isinstance(target, Store):
         store = target
