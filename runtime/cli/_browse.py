@@ -21,6 +21,7 @@ from runtime import JSON, Runtime, SessionInfo, SessionNotFoundError, Snapshot, 
 
 from ._errors import CliError
 from ._opening import reading_runtime
+from ._opening import shown as address_shown
 from ._output import Listing, compact, event_obj, printable, session_obj, show_time
 
 __all__ = ["cmd_ls", "cmd_show", "cmd_tail", "event_cells", "snapshot_events"]
@@ -131,7 +132,7 @@ async def _ls(args: argparse.Namespace, out: TextIO) -> int:
         parent = "-" if info.parent is None else f"{printable(info.parent[0])}@{info.parent[1]}"
         cells = [printable(info.id), str(info.head), show_time(info.updated_at), parent]
         listing.add(session_obj(info), [*cells, compact(info.header)])
-    listing.finish({"next": following}, empty=f"no sessions in {args.db}")
+    listing.finish({"next": following}, empty=f"no sessions in {address_shown(args.db)}")
     if more and args.format == "text":
         hint = f" go on with --after {shlex.quote(following)}" if following is not None else ""
         print(f"tidelog: more sessions than --limit {args.limit};{hint}", file=sys.stderr)

@@ -30,17 +30,17 @@ from typing import Literal, TextIO
 
 import attrs
 
-from runtime import JSON, SqliteStore, Store, StoredEvent, TidelogError
+from runtime import JSON, Store, StoredEvent, TidelogError
 from stores import LeaseInfo, NewEvent, RestoreOp, prepare_events
 from stores.leases import holder_is_dead
 from stores.records import encode_json, validate_session_id
 
 from ._dump import DUMP_FORMAT, DUMP_VERSION
 from ._errors import EXIT_FOUND, CliError
-from ._opening import StopFlag, stoppable
+from ._opening import StopFlag, open_writer, shown, stoppable
 from ._output import Listing, progress
 
-__all__ = ["ImportResult", "cmd_import", "import_dump"]
+__all__ = ["ImportResult", "cmd_import", "import_dump", "read_dump"]
 
 #: Events per RestoreOp piece, and events per transaction (several pieces, any sessions).
 PIECE_EVENTS, BATCH_EVENTS = 1000, 8000
@@ -67,8 +67,6 @@ class DumpError(CliError):
 
 def cmd_import(args: argparse.Namespace) -> int:
     """``tidelog import``."""
-    if os.path.isdir(args.db):
-        raise CliError(f"tidelog: {args.db} is a directory, not a database file")
     source: TextIO
     if args.dump == "-":
         source, size = sys.stdin, None
@@ -90,12 +88,8 @@ def cmd_import(args: argparse.Namespace) -> int:
 
     try:
         with stoppable() as stop, progress("import", size, unit="bytes") as advance:
-            lines = _lines(source, advance)
-            first = next(lines, None)
-            if first is None:
-                raise DumpError("tidelog: the dump is empty")
-            _check_header(first[0], _record(*first))  # before the database is created
-            store = SqliteStore(args.db)
+            lines = read_dump(source, advance)  # the header is checked before DB is opened
+            store = open_writer(args.db, create=True)
             try:
                 import_dump(store, lines, stop, report)
                 store.sync()
@@ -109,7 +103,7 @@ def cmd_import(args: argparse.Namespace) -> int:
     listing.finish({**totals, "events": events})
     if args.format == "text":
         print(
-            f"imported {len(results)} sessions into {args.db}: {totals['created']} created, "
+            f"imported {len(results)} sessions into {shown(args.db)}: {totals['created']} created, "
             f"{totals['resumed']} resumed, {totals['unchanged']} unchanged, "
             f"{totals['conflict']} conflicts; {events} events written"
         )
@@ -117,6 +111,19 @@ def cmd_import(args: argparse.Namespace) -> int:
 
 
 _STATUSES: tuple[Status, ...] = ("created", "resumed", "unchanged", "conflict")
+
+
+def read_dump(
+    source: TextIO, advance: Callable[[int], None] | None = None
+) -> Iterator[tuple[int, str]]:
+    """The dump's ``(number, line)`` pairs after its header, which is checked first
+    (:class:`DumpError` for an empty, foreign or newer dump)."""
+    lines = _lines(source, advance or (lambda _: None))
+    first = next(lines, None)
+    if first is None:
+        raise DumpError("tidelog: the dump is empty")
+    _check_header(first[0], _record(*first))
+    return lines
 
 
 def _lines(source: TextIO, advance: Callable[[int], None]) -> Iterator[tuple[int, str]]:

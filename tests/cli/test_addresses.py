@@ -1,0 +1,191 @@
+"""Every command takes a store address wherever it takes a database: a SQLite file, a
+JSONL store directory, a ``postgresql://...?schema=S`` URL -- run as subprocesses against
+real files, a real directory and the real PostgreSQL server (a schema per test)."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import trio
+from cli_support import ODD_DATA, tidelog
+
+from runtime import NewEvent, SessionInfo, StoredEvent, open_runtime
+from runtime.agents import RunHead, UserMessage, checkpoints, history
+from stores.urls import open_store
+
+Contents = dict[str, tuple[SessionInfo, tuple[StoredEvent, ...]]]
+
+KINDS = ["sqlite", "jsonl", "postgres"]
+
+
+@contextlib.contextmanager
+def new_address(kind: str, tmp_path: Path, name: str = "store") -> Iterator[str]:
+    """The address of a new store of ``kind``: a file path, a new JSONL directory, or a
+    URL naming a PostgreSQL schema of this test's own (dropped afterwards)."""
+    if kind == "postgres":
+        from pgtest import fresh_schema, url_of
+
+        with fresh_schema() as (dsn, schema):
+            yield url_of(dsn, schema)
+    elif kind == "jsonl":
+        directory = tmp_path / f"{name}.d"
+        directory.mkdir()
+        yield str(directory)
+    else:
+        yield str(tmp_path / f"{name}.db")
+
+
+def seed(address: str) -> None:
+    """`chat` (two runs of history, a checkpoint of each), `notes` (odd data) and `alt`, a
+    fork of chat at 2 with an event of its own."""
+
+    async def write() -> None:
+        async with open_runtime(address) as rt:
+            for n in range(2):
+                await history(rt).append("chat", [UserMessage(f"m{n}")], run_id=f"r{n}")
+                head = RunHead("assistant", status="completed", session_id="chat")
+                await checkpoints(rt).append(f"r{n}", [UserMessage(f"m{n}")], head)
+            async with rt.open_session("notes", header={"who": "ada"}) as w:
+                await w.append([NewEvent("note", ODD_DATA)])
+            await rt.fork("chat", "alt", at_seq=2)
+            async with rt.open_session("alt") as w:
+                await w.append([NewEvent("own", 1)])
+
+    trio.run(write)
+
+
+def contents(address: str) -> Contents:
+    """Every session of the store, as its API shows it: info and events."""
+    store = open_store(address, read_only=True)
+    try:
+        return {info.id: (info, tuple(store.read(info.id))) for info in store.list_sessions()}
+    finally:
+        store.close()
+
+
+def ok(*args: str, cwd: Path) -> str:
+    """Run ``tidelog ARGS``; it must succeed; its stdout."""
+    proc = tidelog(*args, cwd=cwd)
+    assert proc.returncode == 0, (args, proc.stdout, proc.stderr)
+    assert "Traceback" not in proc.stderr
+    return proc.stdout
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_every_command_takes_the_store_address(tmp_path: Path, kind: str) -> None:
+    """ls, show, tail, export, check, stats, fork, rewind, delete and prune run on a
+    SQLite file, a JSONL directory and a PostgreSQL URL alike, and say what they did."""
+    with new_address(kind, tmp_path) as db:
+        seed(db)
+        before = contents(db)
+        listed = json.loads(ok("ls", db, "--json", cwd=tmp_path))
+        assert [s["id"] for s in listed["sessions"]] == ["alt", "chat", "notes"]
+        shown = [json.loads(x) for x in ok("show", db, "alt", "--jsonl", cwd=tmp_path).split()]
+        assert [e["seq"] for e in shown] == [1, 2, 3]
+        assert [e["data"] for e in shown] == [e.data for e in before["alt"][1]]
+        last = ok("tail", db, "notes", "-n", "1", "--jsonl", cwd=tmp_path)
+        assert json.loads(last)["data"] == ODD_DATA
+        dump = ok("export", db, cwd=tmp_path).splitlines()
+        assert json.loads(dump[-1]) == {"type": "end-of-dump", "sessions": len(before)}
+        check = json.loads(ok("check", db, "--json", cwd=tmp_path))
+        assert (check["ok"], check["backend"], check["sessions"]) == (True, kind, len(before))
+        stats = json.loads(ok("stats", db, "--json", cwd=tmp_path))
+        assert stats["backend"] == kind
+        assert stats["events"] == sum(info.head for info, _ in before.values())
+        assert stats["conversations"] == 3
+        assert (stats["wal_bytes"] is None) == (kind != "sqlite")
+        assert contents(db) == before  # the read commands changed nothing
+
+        fork = json.loads(ok("fork", db, "chat", "alt2", "--at", "2", "--json", cwd=tmp_path))
+        assert fork["parent"] == {"id": "chat", "seq": 2}
+        rewound = json.loads(ok("rewind", db, "chat", "--keep", "1", "--json", cwd=tmp_path))
+        assert rewound["kept"] == 1
+        deleted = json.loads(ok("delete", db, "alt2", "--json", cwd=tmp_path))
+        assert deleted["sessions"][0]["deleted"] == ["alt2"]
+        runs = [sid for sid in contents(db) if sid.startswith("tidelog/run/")]
+        assert runs
+        dry = ok("prune", db, "--completed-checkpoints", "--dry-run", cwd=tmp_path)
+        assert "would delete" in dry
+        pruned = json.loads(ok("prune", db, "--completed-checkpoints", "--json", cwd=tmp_path))
+        assert pruned["deleted"] == len(runs)
+        after = contents(db)
+        assert "alt2" not in after
+        assert not any(sid.startswith("tidelog/run/") for sid in after)
+        assert len(after["chat"][1]) < len(before["chat"][1])
+
+
+@pytest.mark.parametrize(
+    ("source", "dest", "flags"),
+    [
+        ("sqlite", "jsonl", ["--dest-kind", "jsonl"]),
+        ("jsonl", "jsonl", []),
+        ("jsonl", "postgres", []),
+        ("postgres", "sqlite", []),
+    ],
+)
+def test_backup_and_import_between_backends_are_lossless(
+    tmp_path: Path, source: str, dest: str, flags: list[str]
+) -> None:
+    """backup from one backend into a new store of another (an export and import under
+    the hood) and export | import between them: the copy holds exactly the source's
+    sessions, headers, times, lineage and events, and `check` passed on it."""
+    with (
+        new_address(source, tmp_path, "source") as db,
+        new_address(dest, tmp_path, "copy") as copy,
+        new_address(dest, tmp_path, "imported") as imported,
+    ):
+        seed(db)
+        if dest == "jsonl":
+            os.rmdir(copy)  # backup makes DEST itself
+        report = json.loads(ok("backup", db, copy, *flags, "--json", cwd=tmp_path))
+        assert report["ok"] is True
+        assert report["sessions"] == len(contents(db))
+        assert contents(copy) == contents(db)
+        dump = tmp_path / "dump.jsonl"
+        ok("export", db, "-o", str(dump), cwd=tmp_path)
+        ok("import", imported, str(dump), cwd=tmp_path)
+        assert contents(imported) == contents(db)
+        again = json.loads(ok("import", imported, str(dump), "--json", cwd=tmp_path))
+        assert again["unchanged"] == len(contents(db))
+
+
+def test_addresses_that_name_no_store_are_refused_untouched(tmp_path: Path) -> None:
+    """A directory that is not a JSONL store, a PostgreSQL schema that holds no store,
+    a server that refuses the connection (its password never printed), a backup into a
+    schema that holds sessions already: exit 2, one line naming what is wrong, nothing
+    created or changed."""
+    foreign = tmp_path / "photos"
+    foreign.mkdir()
+    (foreign / "cat.jpg").write_bytes(b"\xff\xd8")
+    for args in (["ls"], ["show", "x"], ["check"], ["stats"], ["delete", "x"]):
+        proc = tidelog(args[0], str(foreign), *args[1:], cwd=tmp_path)
+        assert proc.returncode == 2, args
+        assert "is a directory but not a tidelog JSONL store" in proc.stderr, args
+    assert sorted(os.listdir(foreign)) == ["cat.jpg"]
+
+    refused = tidelog("ls", "postgresql://ada:hunter2@127.0.0.1:1/x", cwd=tmp_path)
+    assert refused.returncode == 2
+    assert "hunter2" not in refused.stderr
+    assert "ada:***@127.0.0.1:1" in refused.stderr
+    assert "connection" in refused.stderr
+
+    with new_address("postgres", tmp_path) as empty, new_address("postgres", tmp_path) as full:
+        proc = tidelog("ls", empty, cwd=tmp_path)
+        assert proc.returncode == 2
+        assert "holds no tidelog store" in proc.stderr
+        source = str(tmp_path / "a.db")
+        seed(source)
+        seed(full)
+        before = contents(full)
+        proc = tidelog("backup", source, full, cwd=tmp_path)
+        assert proc.returncode == 2
+        assert "already holds sessions (give a new schema)" in proc.stderr
+        assert contents(full) == before
+        proc = tidelog("backup", source, full, "--dest-kind", "jsonl", cwd=tmp_path)
+        assert proc.returncode == 2
+        assert "--dest-kind is for a DEST path" in proc.stderr
