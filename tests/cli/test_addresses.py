@@ -4,40 +4,18 @@ real files, a real directory and the real PostgreSQL server (a schema per test).
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 import trio
-from cli_support import ODD_DATA, tidelog
+from cli_support import ODD_DATA, contents, new_address, tidelog
 
-from runtime import NewEvent, SessionInfo, StoredEvent, open_runtime
+from runtime import NewEvent, open_runtime
 from runtime.agents import RunHead, UserMessage, checkpoints, history
-from stores.urls import open_store
-
-Contents = dict[str, tuple[SessionInfo, tuple[StoredEvent, ...]]]
 
 KINDS = ["sqlite", "jsonl", "postgres"]
-
-
-@contextlib.contextmanager
-def new_address(kind: str, tmp_path: Path, name: str = "store") -> Iterator[str]:
-    """The address of a new store of ``kind``: a file path, a new JSONL directory, or a
-    URL naming a PostgreSQL schema of this test's own (dropped afterwards)."""
-    if kind == "postgres":
-        from pgtest import fresh_schema, url_of
-
-        with fresh_schema() as (dsn, schema):
-            yield url_of(dsn, schema)
-    elif kind == "jsonl":
-        directory = tmp_path / f"{name}.d"
-        directory.mkdir()
-        yield str(directory)
-    else:
-        yield str(tmp_path / f"{name}.db")
 
 
 def seed(address: str) -> None:
@@ -57,15 +35,6 @@ def seed(address: str) -> None:
                 await w.append([NewEvent("own", 1)])
 
     trio.run(write)
-
-
-def contents(address: str) -> Contents:
-    """Every session of the store, as its API shows it: info and events."""
-    store = open_store(address, read_only=True)
-    try:
-        return {info.id: (info, tuple(store.read(info.id))) for info in store.list_sessions()}
-    finally:
-        store.close()
 
 
 def ok(*args: str, cwd: Path) -> str:
