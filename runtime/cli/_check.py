@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import heapq
+import math
 import os
 import shutil
 import sys
@@ -26,12 +27,14 @@ import trio
 from runtime import (
     INTERNAL_PREFIX,
     JSON,
+    PublishedStatistics,
     Runtime,
     SessionInfo,
     SqliteStore,
     Store,
     StoreCorruptError,
     open_runtime,
+    published_statistics,
 )
 from runtime.agents import checkpoint_sessions
 from stores import JsonlStore, LeaseInfo
@@ -436,6 +439,7 @@ def cmd_stats(args: argparse.Namespace) -> int:
             if lease.expires > now and not holder_is_dead(lease.holder)
         ]
         conversations, internal, events, by_head = trio.run(_count, store, args.top)
+        runtimes = published_statistics(store, now=now)
         record: dict[str, JSON] = {
             "path": shown(args.db),
             "backend": kind,
@@ -453,6 +457,7 @@ def cmd_stats(args: argparse.Namespace) -> int:
                 {"session_id": sid, "events": head, "bytes": None} for head, sid in by_head
             ],
             "live_writers": [{"session": i.session_id, "holder": i.holder} for i in leases],
+            "runtimes": [_runtime_obj(r) for r in runtimes],
         }
         if isinstance(store, SqliteStore):
             storage = store.storage()
@@ -474,7 +479,56 @@ def cmd_stats(args: argparse.Namespace) -> int:
         out.write(dumps(record) + "\n")
         return 0
     _print_stats(out, record, conversations, internal, events, leases)
+    _print_runtimes(out, runtimes, now)
     return 0
+
+
+def _runtime_obj(item: PublishedStatistics) -> dict[str, JSON]:
+    """The JSON form of a runtime's published statistics (see docs/cli.md)."""
+    return {
+        "session_id": item.session_id,
+        "holder": item.holder,
+        "live": item.live,
+        "started_at": item.started_at,
+        "published_at": item.published_at,
+        "interval": item.interval if math.isfinite(item.interval) else None,
+        "statistics": item.statistics,
+    }
+
+
+def _print_runtimes(out: TextIO, runtimes: list[PublishedStatistics], now: float) -> None:
+    live = [r for r in runtimes if r.live]
+    out.write("\n")
+    if not live:
+        out.write(
+            "live runtimes: none publishes statistics here (a runtime does with "
+            "open_runtime(..., publish_statistics=SECONDS))\n"
+        )
+        if runtimes:
+            out.write(f"  ({len(runtimes)} stale records of runtimes that are gone)\n")
+        return
+    rows = []
+    for item in live:
+        writer = item.statistics.get("writer")
+        counters = writer if isinstance(writer, dict) else {}
+        age = "-" if item.published_at is None else f"{max(0.0, now - item.published_at):.1f}s ago"
+        rows.append(
+            [
+                item.holder,
+                age,
+                str(item.statistics.get("sessions", "-")),
+                f"{counters.get('batches_committed', '-')}",
+                f"{counters.get('events_committed', '-')}",
+                f"{counters.get('mailbox_depth', '-')}",
+                f"{counters.get('fsyncs', '-')}",
+            ]
+        )
+    table(
+        out,
+        ("LIVE RUNTIME", "PUBLISHED", "ACTORS", "BATCHES", "EVENTS", "QUEUED", "FSYNCS"),
+        rows,
+        right=frozenset({2, 3, 4, 5, 6}),
+    )
 
 
 def _file_sizes(root: str) -> Iterator[int]:
@@ -504,7 +558,8 @@ def _print_stats(
         ("store", f"{record['path']} ({record['backend']})"),
         (
             "sessions",
-            f"{conversations + internal:,} ({internal:,} internal: run checkpoints, archives)",
+            f"{conversations + internal:,} ({internal:,} internal: run checkpoints, archives, "
+            "runtime statistics)",
         ),
         ("events", f"{events:,}{shared}"),
     ]

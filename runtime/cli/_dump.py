@@ -34,7 +34,7 @@ from typing import TextIO
 
 import trio
 
-from runtime import JSON, Runtime, SessionInfo, SessionNotFoundError
+from runtime import JSON, STATISTICS_PREFIX, Runtime, SessionInfo, SessionNotFoundError
 from runtime.agents import RuntimeHistory, checkpoint_sessions
 
 from ._browse import snapshot_events
@@ -154,12 +154,14 @@ async def _export_session(
 
 
 async def _every_session(rt: Runtime) -> AsyncIterator[SessionInfo]:
-    """Every session, internal ones included, by id with the stable cursor."""
+    """Every session, internal ones included, by id with the stable cursor -- except
+    the statistics records of live runtimes (runtime state, not data)."""
     cursor: str | None = None
     while True:
         page = await rt.list_sessions(limit=1000, after=cursor, include_internal=True)
         for info in page:
-            yield info
+            if not info.id.startswith(STATISTICS_PREFIX):
+                yield info
         if len(page) < 1000:
             return
         cursor = page[-1].id

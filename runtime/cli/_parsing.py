@@ -25,7 +25,7 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
     "import": ("_load", "cmd_import", "load a dump into a database (idempotent, resumable)"),
     "check": ("_check", "cmd_check", "check integrity, format, lineage, leases, checkpoints"),
     "backup": ("_check", "cmd_backup", "copy a live store consistently, then check the copy"),
-    "stats": ("_check", "cmd_stats", "sessions, events, bytes, WAL size, largest sessions"),
+    "stats": ("_check", "cmd_stats", "sessions, events, bytes, WAL, largest, live runtimes"),
     "prune": ("_cleanup", "cmd_prune", "delete old sessions and run checkpoints (see --dry-run)"),
     "delete": ("_cleanup", "cmd_delete", "delete sessions (never one a live writer holds)"),
     "fork": ("_edit", "cmd_fork", "fork a session at a seq (O(1): shares the prefix)"),
@@ -306,7 +306,9 @@ def build_parser() -> argparse.ArgumentParser:
     stats = _add(
         commands,
         "stats",
-        "Sessions, events, bytes, WAL size, the largest sessions, and the leases of live writers.",
+        "Sessions, events, bytes, WAL size, the largest sessions, the leases of live "
+        "writers, and the statistics that live runtimes publish (open_runtime(..., "
+        "publish_statistics=SECONDS); 'none' when no live runtime publishes).",
     )
     _database(stats)
     stats.add_argument(
