@@ -46,6 +46,15 @@ def event_cells(event: StoredEvent) -> list[str]:
     ]
 
 
+def _add_event(listing: Listing, event: StoredEvent) -> None:
+    """One event into ``listing``, in the one form it prints (the text cells cost as
+    much as the JSON: never both)."""
+    if listing.fmt == "text":
+        listing.add({}, event_cells(event))
+    else:
+        listing.add(event_obj(event))
+
+
 def _event_line(cells: Sequence[str]) -> str:
     seq, time, kind, run_id, data = cells
     return f"{seq:>6}  {time}  {kind:<16}  {run_id:<12}  {data}"
@@ -156,7 +165,7 @@ async def _show(args: argparse.Namespace, out: TextIO) -> int:
         )
         async for page in snapshot_events(snap, args.since, args.until, args.limit):
             for event in page:
-                listing.add(event_obj(event), event_cells(event))
+                _add_event(listing, event)
             out.flush()
         listing.finish()
     return 0
@@ -185,7 +194,7 @@ async def _tail(args: argparse.Namespace, out: TextIO) -> int:
             start = args.since if args.lines is None else max(args.since, end - args.lines)
             async for page in snapshot_events(snap, start, end, None):
                 for event in page:
-                    listing.add(event_obj(event), event_cells(event))
+                    _add_event(listing, event)
                 out.flush()
         if args.follow:
             await _follow(rt, args.session, max(args.since, end), listing)
@@ -205,5 +214,5 @@ async def _follow(rt: Runtime, session_id: str, since: int, listing: Listing) ->
 
             nursery.start_soon(stop_on_signal)
             async for event in rt.tail(session_id, since_seq=since):
-                listing.add(event_obj(event), event_cells(event))
+                _add_event(listing, event)
                 listing.out.flush()
