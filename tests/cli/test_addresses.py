@@ -37,6 +37,16 @@ def seed(address: str) -> None:
     trio.run(write)
 
 
+def tree(directory: Path) -> list[tuple[str, int, int]]:
+    """Every file and directory under ``directory``: path, size, modification time."""
+    found = []
+    for root, dirs, names in os.walk(directory):
+        for name in dirs + names:
+            info = os.lstat(os.path.join(root, name))
+            found.append((os.path.join(root, name), info.st_size, info.st_mtime_ns))
+    return sorted(found)
+
+
 def ok(*args: str, cwd: Path) -> str:
     """Run ``tidelog ARGS``; it must succeed; its stdout."""
     proc = tidelog(*args, cwd=cwd)
@@ -48,10 +58,12 @@ def ok(*args: str, cwd: Path) -> str:
 @pytest.mark.parametrize("kind", KINDS)
 def test_every_command_takes_the_store_address(tmp_path: Path, kind: str) -> None:
     """ls, show, tail, export, check, stats, fork, rewind, delete and prune run on a
-    SQLite file, a JSONL directory and a PostgreSQL URL alike, and say what they did."""
+    SQLite file, a JSONL directory and a PostgreSQL URL alike, and say what they did;
+    the read commands change nothing and create no file."""
     with new_address(kind, tmp_path) as db:
         seed(db)
         before = contents(db)
+        files_before = tree(tmp_path)
         listed = json.loads(ok("ls", db, "--json", cwd=tmp_path))
         assert [s["id"] for s in listed["sessions"]] == ["alt", "chat", "notes"]
         shown = [json.loads(x) for x in ok("show", db, "alt", "--jsonl", cwd=tmp_path).split()]
@@ -69,6 +81,7 @@ def test_every_command_takes_the_store_address(tmp_path: Path, kind: str) -> Non
         assert stats["conversations"] == 3
         assert (stats["wal_bytes"] is None) == (kind != "sqlite")
         assert contents(db) == before  # the read commands changed nothing
+        assert tree(tmp_path) == files_before
 
         fork = json.loads(ok("fork", db, "chat", "alt2", "--at", "2", "--json", cwd=tmp_path))
         assert fork["parent"] == {"id": "chat", "seq": 2}
