@@ -121,6 +121,8 @@ class StatisticsPublisher:
         work does not depend on them)."""
         self._started = True
         try:
+            if self._stop.is_set():
+                return  # the runtime ended before this task ever ran
             await self._remove_stale()
             about: dict[str, JSON] = {
                 "holder": local_holder(),

@@ -41,7 +41,7 @@ from stores import JsonlStore, LeaseInfo
 from stores.leases import holder_is_dead
 from stores.urls import StoreKind
 
-from ._errors import EXIT_FOUND, CliError
+from ._errors import EXIT_FOUND, CliError, Interrupted, leaf
 from ._opening import (
     StopFlag,
     kind_of,
@@ -401,9 +401,16 @@ def _copy_through_dump(args: argparse.Namespace, dest: StoreKind, stop: StopFlag
                 target.sync()
             finally:
                 target.close()
-    except BaseException:
+    except BaseException as exc:
         if made:
             _remove(args.dest, dest)
+        if isinstance(leaf(exc), Interrupted):
+            if made:
+                raise Interrupted(f"no backup was written ({shown(args.dest)} removed)") from None
+            raise Interrupted(
+                f"the sessions copied so far are whole in {shown(args.dest)}; back up into "
+                "a new schema, or import the rest"
+            ) from None
         raise
 
 

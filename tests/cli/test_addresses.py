@@ -6,11 +6,15 @@ from __future__ import annotations
 
 import json
 import os
+import signal
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import pytest
 import trio
-from cli_support import ODD_DATA, contents, new_address, tidelog
+from cli_support import ODD_DATA, TIMEOUT, big_db, contents, new_address, tidelog
 
 from runtime import NewEvent, open_runtime
 from runtime.agents import RunHead, UserMessage, checkpoints, history
@@ -171,3 +175,26 @@ def test_addresses_that_name_no_store_are_refused_untouched(tmp_path: Path) -> N
         proc = tidelog("backup", source, full, "--dest-kind", "jsonl", cwd=tmp_path)
         assert proc.returncode == 2
         assert "--dest-kind is for a DEST path" in proc.stderr
+
+
+def test_ctrl_c_mid_backup_into_a_jsonl_directory_leaves_nothing(tmp_path: Path) -> None:
+    """SIGINT while a backup copies 100k events into a new JSONL directory: exit 130, a
+    message saying no backup was written, and neither DEST nor anything else is left."""
+    source = big_db(tmp_path / "a.db", 20_000, sessions=5)
+    dest = tmp_path / "copy.d"
+    command = ["backup", str(source), str(dest), "--dest-kind", "jsonl"]
+    with subprocess.Popen(
+        [sys.executable, "-m", "runtime.cli", *command],
+        stderr=subprocess.PIPE,
+        text=True,
+    ) as proc:
+        deadline = time.monotonic() + TIMEOUT
+        while not dest.exists():
+            assert time.monotonic() < deadline
+            assert proc.poll() is None
+            time.sleep(0.01)
+        proc.send_signal(signal.SIGINT)
+        _, stderr = proc.communicate(timeout=TIMEOUT)
+    assert proc.returncode == 130, stderr
+    assert f"no backup was written ({dest} removed)" in stderr
+    assert sorted(os.listdir(tmp_path)) == ["a.db"]
