@@ -9,6 +9,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -18,6 +19,7 @@ from cli_support import ODD_DATA, TIMEOUT, big_db, contents, new_address, tidelo
 
 from runtime import NewEvent, open_runtime
 from runtime.agents import RunHead, UserMessage, checkpoints, history
+from stores.urls import open_store
 
 KINDS = ["sqlite", "jsonl", "postgres"]
 
@@ -198,3 +200,30 @@ def test_ctrl_c_mid_backup_into_a_jsonl_directory_leaves_nothing(tmp_path: Path)
     assert proc.returncode == 130, stderr
     assert f"no backup was written ({dest} removed)" in stderr
     assert sorted(os.listdir(tmp_path)) == ["a.db"]
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_tail_follow_on_each_backend_sees_another_process(tmp_path: Path, kind: str) -> None:
+    """`tail -f --jsonl` on a file, a directory or a URL prints the last event, then one
+    committed afterwards by another process (this one, through its own store), and exits
+    0 on SIGTERM."""
+    with new_address(kind, tmp_path) as db:
+        seed(db)
+        command = [sys.executable, "-m", "runtime.cli", "tail", db, "notes", "-f", "--jsonl"]
+        with subprocess.Popen(command, stdout=subprocess.PIPE, text=True) as proc:
+            watchdog = threading.Timer(TIMEOUT, proc.kill)
+            watchdog.start()
+            try:
+                assert proc.stdout is not None
+                assert json.loads(proc.stdout.readline())["data"] == ODD_DATA
+                store = open_store(db)
+                try:
+                    store.append("notes", [NewEvent("late", {"from": "elsewhere"})])
+                finally:
+                    store.close()
+                late = json.loads(proc.stdout.readline())
+                assert (late["seq"], late["data"]) == (2, {"from": "elsewhere"})
+                proc.send_signal(signal.SIGTERM)
+                assert proc.wait(timeout=TIMEOUT) == 0
+            finally:
+                watchdog.cancel()
