@@ -261,7 +261,9 @@ def build_parser() -> argparse.ArgumentParser:
     load = _add(
         commands,
         "import",
-        "Load a dump into DB (created if missing). Idempotent: a session already there "
+        "Load a dump into DB (created if missing: a new path becomes a SQLite file, an "
+        "empty directory a JSONL store, a PostgreSQL schema a new store; a fork whose "
+        "parent is there shares its prefix again). Idempotent: a session already there "
         "with the same content is left alone, one imported in part is completed, one "
         "that differs is reported as a conflict and not touched (exit status 1).",
     )
@@ -272,12 +274,15 @@ def build_parser() -> argparse.ArgumentParser:
     check = _add(
         commands,
         "check",
-        "Check a database read-only: SQLite integrity, format version, every fork's "
-        "stored lineage, the leases held (and by whom), orphaned run checkpoints. Exit "
-        "status 1 if anything is wrong, with what to do.",
+        "Check a store read-only: the backend's integrity (SQLite's integrity check, a "
+        "JSONL store's files read whole; PostgreSQL keeps its own), format version, "
+        "every fork's stored lineage, the leases held (and by whom), orphaned run "
+        "checkpoints. Exit status 1 if anything is wrong, with what to do.",
     )
     _database(check)
-    check.add_argument("--quick", action="store_true", help="skip SQLite's full integrity check")
+    check.add_argument(
+        "--quick", action="store_true", help="skip the integrity check (SQLite, JSONL)"
+    )
     _formats(check)
 
     backup = _add(
