@@ -71,12 +71,15 @@ def shown(address: str) -> str:
     return urllib.parse.urlunsplit((parts.scheme, netloc, parts.path, query, parts.fragment))
 
 
-def check_database(address: str) -> None:
+def check_database(address: str, *, probe: bool = True) -> None:
     """Refuse an address that names no existing store -- before anything opens it (a
-    writable open of a missing file would create a new database). A PostgreSQL URL is
-    checked by connecting."""
+    writable open of a missing file would create a new database, of a PostgreSQL schema
+    a new store). A PostgreSQL URL is checked by a read-only open (``probe``; a caller
+    that opens it read-only anyway skips that)."""
     kind = kind_of(address)
     if kind == "postgres":
+        if probe:
+            open_store(address, read_only=True).close()  # refuses a schema without a store
         return
     if kind == "jsonl":
         if not os.path.exists(os.path.join(address, JSONL_MARKER)):
@@ -97,7 +100,7 @@ def open_reader(address: str) -> Store:
     """Open ``address`` read-only (checked first). If a SQLite file's WAL index cannot be
     made here (a directory this user may not write) the file is read as immutable: say
     so on stderr, since commits made meanwhile by a writer may not be seen."""
-    check_database(address)
+    check_database(address, probe=False)
     store = open_store(address, read_only=True)
     if getattr(store, "immutable", False) and os.path.exists(address + "-wal"):
         print(
@@ -132,7 +135,7 @@ async def reading_runtime(address: str) -> AsyncIterator[Runtime]:
 @asynccontextmanager
 async def writing_runtime(address: str) -> AsyncIterator[Runtime]:
     """A runtime that may write ``address`` (which must name an existing store)."""
-    check_database(address)
+    await trio.to_thread.run_sync(check_database, address)
     async with open_runtime(address) as rt:
         yield rt
 

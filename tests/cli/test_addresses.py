@@ -143,10 +143,10 @@ def test_backup_and_import_between_backends_are_lossless(
 
 
 def test_addresses_that_name_no_store_are_refused_untouched(tmp_path: Path) -> None:
-    """A directory that is not a JSONL store, a PostgreSQL schema that holds no store,
-    a server that refuses the connection (its password never printed), a backup into a
-    schema that holds sessions already: exit 2, one line naming what is wrong, nothing
-    created or changed."""
+    """A directory that is not a JSONL store, a PostgreSQL schema that holds no store
+    (read and write commands alike: none creates it), a server that refuses the
+    connection (its password never printed), a backup into a schema that holds sessions
+    already: exit 2, one line naming what is wrong, nothing created or changed."""
     foreign = tmp_path / "photos"
     foreign.mkdir()
     (foreign / "cat.jpg").write_bytes(b"\xff\xd8")
@@ -163,9 +163,18 @@ def test_addresses_that_name_no_store_are_refused_untouched(tmp_path: Path) -> N
     assert "connection" in refused.stderr
 
     with new_address("postgres", tmp_path) as empty, new_address("postgres", tmp_path) as full:
-        proc = tidelog("ls", empty, cwd=tmp_path)
-        assert proc.returncode == 2
-        assert "holds no tidelog store" in proc.stderr
+        for args in (["ls"], ["delete", "x"], ["fork", "a", "b"], ["prune", "--older-than", "1d"]):
+            proc = tidelog(args[0], empty, *args[1:], cwd=tmp_path)
+            assert proc.returncode == 2, args
+            assert "holds no tidelog store" in proc.stderr, args
+        import psycopg
+
+        from stores.postgres_base import split_url
+
+        dsn, schema = split_url(empty)
+        with psycopg.connect(dsn) as conn:
+            found = conn.execute("SELECT 1 FROM pg_namespace WHERE nspname = %s", (schema,))
+            assert found.fetchone() is None  # not created by the write commands
         source = str(tmp_path / "a.db")
         seed(source)
         seed(full)
