@@ -182,12 +182,30 @@ async def run_check(
     version = await _integrity(store, kind, quick, findings)
     if version is None:
         return findings, 0
-    sessions = 0
+    counted = [0]
+    try:
+        await _check_sessions(store, findings, counted, stop)
+    except BaseException as exc:
+        damage = leaf(exc)
+        if not isinstance(damage, StoreCorruptError):
+            raise
+        # Damage that stops even the listing (a JSONL file a list must read): a finding.
+        if not any(f.level == "error" and f.check == "integrity" for f in findings):
+            findings.append(Finding("error", "integrity", None, str(damage), _RESTORE))
+        findings.append(Finding("note", "integrity", None, "the store is damaged: stopped here"))
+    return findings, counted[0]
+
+
+async def _check_sessions(
+    store: Store, findings: list[Finding], counted: list[int], stop: StopFlag | None
+) -> None:
+    """The lineage of every session, the leases and the run checkpoints (``counted[0]``:
+    the sessions seen)."""
     async with open_runtime(store) as rt:
         with progress("lineage", None, unit="sessions") as advance:
             async for page in _all_sessions(rt):
                 for info in page:
-                    sessions += 1
+                    counted[0] += 1
                     try:
                         if isinstance(store, SqliteStore):
                             problems = await trio.to_thread.run_sync(store.check_lineage, info.id)
@@ -221,7 +239,6 @@ async def run_check(
                 message = f"stale lease of {lease.holder} ({why}); the next writer takes it over"
                 findings.append(Finding("note", "lease", lease.session_id, message))
         findings += await _checkpoint_findings(rt, live)
-    return findings, sessions
 
 
 async def _checkpoint_findings(rt: Runtime, live: set[str]) -> list[Finding]:

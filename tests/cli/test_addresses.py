@@ -236,3 +236,29 @@ def test_tail_follow_on_each_backend_sees_another_process(tmp_path: Path, kind: 
                 assert proc.wait(timeout=TIMEOUT) == 0
             finally:
                 watchdog.cancel()
+
+
+def test_check_finds_a_damaged_jsonl_file(tmp_path: Path) -> None:
+    """A JSONL session file whose first batch was changed on disk: `check` reports an
+    integrity error naming the file and byte and what to do (exit 1), not a failure to
+    run; the file is left as it was."""
+    with new_address("jsonl", tmp_path) as db:
+        store = open_store(db)
+        try:
+            store.append("c", [NewEvent("a", "hello")])
+            store.append("c", [NewEvent("b", "world")])
+        finally:
+            store.close()
+        path = Path(db) / "sessions" / "c.jsonl"
+        damaged = path.read_bytes().replace(b"hello", b"HELLO")
+        path.write_bytes(damaged)
+        proc = tidelog("check", db, "--json", cwd=tmp_path)
+        assert proc.returncode == 1, proc.stderr
+        report = json.loads(proc.stdout)
+        assert report["ok"] is False
+        errors = [f for f in report["findings"] if f["level"] == "error"]
+        assert [f["check"] for f in errors] == ["integrity"]
+        assert f"{path}: byte " in errors[0]["message"]
+        assert "checksum mismatch" in errors[0]["message"]
+        assert "tidelog backup" in errors[0]["hint"]
+        assert path.read_bytes() == damaged
