@@ -73,7 +73,7 @@ from .errors import (
     TidelogError,
 )
 from .postgres_base import MAX_PAYLOAD_BYTES, notify_payload, one
-from .postgres_lineage import protect_children, stored_rows
+from .postgres_lineage import fork_session, protect_children, stored_rows
 from .records import INFO_COLUMNS, PreparedEvent, SessionInfo, decode_json_object, session_info
 
 __all__ = [
@@ -331,9 +331,22 @@ def insert_events(
 
 def apply_restore(conn: Conn, op: RestoreOp, moved: dict[str, int]) -> int:
     """Apply a :class:`~stores.contract.RestoreOp` (events with their recorded times; a
-    missing session created as recorded); the new head. One statement for the events."""
+    missing session created as recorded, or as a fork sharing its parent's prefix); the
+    new head. One statement for the events."""
     while True:
         row = _session_row(conn, op.session_id)
+        if row is None and op.share_prefix and op.parent is not None:
+            base_id, head = op.parent
+            if op.expected_head != head:
+                raise ConflictError(op.session_id, op.expected_head, head)
+            # Created concurrently meanwhile: SessionExistsError, this op alone fails.
+            fork_session(conn, base_id, op.session_id, head, {}, op.created_at)
+            sid = one(
+                conn,
+                "UPDATE sessions SET header = %s WHERE id = %s RETURNING sid",
+                (op.header_json, op.session_id),
+            )[0]
+            break
         head = 0 if row is None else row[1]
         if op.expected_head != head:
             raise ConflictError(op.session_id, op.expected_head, head)
