@@ -40,6 +40,7 @@ from stores import (
 from ._folding import Watch
 from ._handles import SessionReader, SessionWriter
 from ._projections import Projection, StatsProjection
+from ._published import STATISTICS_PREFIX, PublishedStatistics, published_statistics
 from ._runtime import INTERNAL_PREFIX, Runtime, RuntimeStatistics, open_runtime
 from ._snapshot import Snapshot
 from ._tail import Tail
@@ -47,6 +48,7 @@ from ._tail import Tail
 __all__ = [
     "INTERNAL_PREFIX",
     "JSON",
+    "STATISTICS_PREFIX",
     "BrokenError",
     "ClosedError",
     "CommitPendingError",
@@ -58,6 +60,7 @@ __all__ = [
     "NewEvent",
     "OwnershipLostError",
     "Projection",
+    "PublishedStatistics",
     "ReadOnlyError",
     "Runtime",
     "RuntimeStatistics",
@@ -84,6 +87,7 @@ __all__ = [
     "Watch",
     "WriterStatistics",
     "open_runtime",
+    "published_statistics",
 ]
 
 # Public names report their public home (``runtime.Runtime``, not ``runtime._runtime``).

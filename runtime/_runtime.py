@@ -31,7 +31,6 @@ from stores import (
     ClosedError,
     InvalidArgumentError,
     InvalidSessionIdError,
-    JsonlStore,
     ListOrder,
     NewEvent,
     Pin,
@@ -40,7 +39,6 @@ from stores import (
     SessionInfo,
     SessionNotFoundError,
     SessionOwnedError,
-    SqliteStore,
     Store,
     StoredEvent,
     TidelogError,
@@ -53,12 +51,13 @@ from stores._checks import check_list_args
 from stores.records import MAX_ID_LENGTH, check_count, check_flag, validate_header
 from stores.sqlite_schema import Synchronous
 from stores.sqlite_schema import check_options as check_sqlite_options
-from stores.urls import is_postgres_url, open_postgres_url
+from stores.urls import open_store
 
 from ._folding import Watch
 from ._groups import plain_errors
 from ._handles import SessionReader, SessionWriter
 from ._projections import Projection, StatsProjection
+from ._published import StatisticsPublisher
 from ._snapshot import Snapshot
 from ._tail import Tail
 
@@ -68,6 +67,8 @@ __all__ = ["INTERNAL_PREFIX", "Runtime", "RuntimeStatistics", "open_runtime"]
 #: agent layer keeps run checkpoints and archives there): a write open of one needs
 #: ``internal=True``, and ``list_sessions`` hides them unless asked.
 INTERNAL_PREFIX = "tidelog/"
+#: How long the exit waits for the statistics publisher to end and remove its record.
+_PUBLISHER_STOP_SECONDS = 5.0
 #: Events read per step by :meth:`Runtime.iter_events`.
 PAGE_SIZE = 1000
 _CREATE_MODES = ("if_missing", "new", "never")
@@ -619,6 +620,7 @@ def _check_options(
     idle_timeout: object,
     batch_window: object,
     poll_interval: object,
+    publish_statistics: object = None,
 ) -> None:
     check_sqlite_options(
         synchronous=synchronous,
@@ -633,6 +635,11 @@ def _check_options(
         ("idle_timeout", idle_timeout, -1.0),
         ("batch_window", batch_window, -1.0),
         ("poll_interval", poll_interval, 0.0),
+        *(
+            [("publish_statistics", publish_statistics, 0.0)]
+            if publish_statistics is not None
+            else []
+        ),
     ):
         if (
             not isinstance(value, int | float)
@@ -654,6 +661,7 @@ async def open_runtime(
     idle_timeout: float = 30.0,
     batch_window: float = 0.002,
     poll_interval: float = 0.025,
+    publish_statistics: float | None = None,
 ) -> AsyncIterator[Runtime]:
     """Run a tidelog runtime for the ``async with`` block.
 
@@ -667,7 +675,10 @@ async def open_runtime(
     ``lease_ttl``: seconds a session lease lives without a heartbeat before another process
     may take it over. ``idle_timeout``: seconds an unused actor is kept. ``batch_window``:
     how long ``append_nowait`` batches may wait to be grouped. ``poll_interval``: how often
-    tails look for other processes' commits.
+    tails look for other processes' commits. ``publish_statistics``: every that many
+    seconds, save :meth:`Runtime.statistics` in the store for other processes and hosts
+    (``tidelog stats`` shows them; see ``runtime._published``), ``None`` (default): never;
+    ignored on a read-only store.
 
     Leaving the block -- normally, by an exception, or because an enclosing scope was
     cancelled -- drains every actor (accepted writes are committed: the runtime's tasks
@@ -682,33 +693,29 @@ async def open_runtime(
     :class:`~stores.StoreCorruptError`...).
     """
     _check_options(
-        synchronous, busy_timeout_ms, lease_ttl, idle_timeout, batch_window, poll_interval
+        synchronous,
+        busy_timeout_ms,
+        lease_ttl,
+        idle_timeout,
+        batch_window,
+        poll_interval,
+        publish_statistics,
     )
-    if is_postgres_url(target):  # a PostgresStore (psycopg: the optional extra)
+    if isinstance(target, str | os.PathLike):  # an address: stores.urls decides the backend
         store: Store = await trio.to_thread.run_sync(
             functools.partial(
-                open_postgres_url, target, synchronous=synchronous, busy_timeout_ms=busy_timeout_ms
-            )
-        )
-        owns_store = True
-    elif isinstance(target, str | os.PathLike):
-        path = target
-
-        def _open() -> Store:
-            if os.path.isdir(path):  # a directory: a JSONL store (stores.jsonl)
-                return JsonlStore(path, synchronous=synchronous, busy_timeout_ms=busy_timeout_ms)
-            return SqliteStore(
-                path,
+                open_store,
+                target,
                 synchronous=synchronous,
                 busy_timeout_ms=busy_timeout_ms,
-                # NORMAL: commits never fsync, and a checkpoint in a commit costs two
-                # fsyncs; the WalCheckpointer runs them beside the commits instead. FULL:
-                # every commit fsyncs the WAL anyway, and a concurrent checkpoint's fsync
-                # only competes with it (measured slower here), so SQLite's default stays.
-                checkpoints="deferred" if synchronous == "normal" else "auto",
+                # SQLite, NORMAL: commits never fsync, and a checkpoint in a commit costs
+                # two fsyncs; the WalCheckpointer runs them beside the commits instead.
+                # FULL: every commit fsyncs the WAL anyway, and a concurrent checkpoint's
+                # fsync only competes with it (measured slower here), so SQLite's default
+                # stays.
+                sqlite_checkpoints="deferred" if synchronous == "normal" else "auto",
             )
-
-        store = await trio.to_thread.run_sync(_open)
+        )
         owns_store = True
     elif isinstance(target, Store):
         store = target
@@ -730,6 +737,7 @@ async def open_runtime(
                 idle_timeout=idle_timeout,
                 batch_window=batch_window,
                 poll_interval=poll_interval,
+                publish_statistics=publish_statistics,
             ) as runtime,
         ):
             yield runtime
@@ -800,6 +808,7 @@ async def _running(
     idle_timeout: float,
     batch_window: float,
     poll_interval: float,
+    publish_statistics: float | None = None,
 ) -> AsyncIterator[Runtime]:
     """The runtime's tasks for the block, then the shutdown: accepted writes that could
     not be written are raised here (with the body's own exception, if any); lesser exit
@@ -831,10 +840,19 @@ async def _running(
                 services.nursery.start_soon(wal.run)
                 services.nursery.start_soon(hub.run_poller)
                 services.nursery.start_soon(supervisor.run_heartbeat)
+                publisher = None
+                if publish_statistics is not None and not getattr(
+                    write_lane.store, "read_only", False
+                ):
+                    publisher = StatisticsPublisher(runtime, publish_statistics)
+                    services.nursery.start_soon(publisher.run)
                 try:
                     yield runtime
                 finally:
                     with trio.CancelScope(shield=True):
+                        if publisher is not None:
+                            with trio.move_on_after(_PUBLISHER_STOP_SECONDS):
+                                await publisher.stop()
                         unwritten += await _shutdown(
                             runtime, supervisor, writer, hub, cleanup_errors
                         )

@@ -165,6 +165,10 @@ def _check_restore(op: RestoreOp) -> None:
             raise InvalidArgumentError(f"{name}.parent must be None or (session_id, seq)")
         validate_session_id(op.parent[0])
         check_seq(op.parent[1], f"{name}.parent seq")
+    if type(op.share_prefix) is not bool:
+        raise InvalidArgumentError(f"{name}.share_prefix must be a bool")
+    if op.share_prefix and op.parent is None:
+        raise InvalidArgumentError(f"{name}.share_prefix needs a parent to share with")
 
 
 # -- per-op rules -------------------------------------------------------------------------

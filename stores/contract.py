@@ -116,7 +116,13 @@ class RestoreOp:
     ``expected_head`` is 0), the op creates it -- even with no events -- with
     ``header_json`` (a JSON object's canonical text, as ``encode_json`` writes it),
     ``created_at`` and ``parent`` (``(session_id, seq)`` of a fork; informational: the
-    events are the op's own, nothing is shared). The session's ``updated_at`` becomes
+    events are the op's own, nothing is shared) -- unless ``share_prefix``: then the new
+    session is created as a fork of ``parent`` that shares the parent's first ``seq``
+    events exactly as :meth:`Store.fork` does (no copy; the caller has checked they are
+    the recorded ones), its head before ``events`` is ``seq``, so ``expected_head`` must be
+    ``seq`` (:class:`~stores.errors.SessionNotFoundError` without the parent,
+    :class:`~stores.errors.InvalidArgumentError` if it has fewer events); on a session
+    that exists ``share_prefix`` changes nothing. The session's ``updated_at`` becomes
     ``updated_at`` afterwards. Writing a session in several ops (``expected_head`` = the
     previous op's result) restores any length in bounded memory. Not allowed in a
     :class:`GroupOp`. Result: the new head."""
@@ -129,6 +135,7 @@ class RestoreOp:
     created_at: float = 0.0
     updated_at: float = 0.0
     parent: tuple[str, int] | None = None
+    share_prefix: bool = False
 
 
 @attrs.frozen

@@ -64,6 +64,12 @@ def _apply(layout: Layout, txn: Txn, op: WriteOp, now: float) -> int:
         index.check()
     head = 0 if index is None else index.head
     if isinstance(op, RestoreOp):
+        if index is None and op.share_prefix and op.parent is not None:
+            parent_id, at = op.parent
+            if op.expected_head != at:
+                raise ConflictError(op.session_id, op.expected_head, at)
+            info = fork_session(layout, txn, parent_id, op.session_id, at, {}, now, recorded=op)
+            return info.head
         return _restore(txn, op, stem, index, head, now)
     if isinstance(op, AppendOp):
         events = op.events
@@ -245,10 +251,12 @@ def stored_tail(layout: Layout, index: FileIndex | None) -> StoredTail:
 
 def fork_session(
     layout: Layout, txn: Txn, source_id: str, new_id: str, at_seq: object,
-    extra: dict[str, JSON], now: float,
+    extra: dict[str, JSON], now: float, *, recorded: RestoreOp | None = None,
 ) -> SessionInfo:  # fmt: skip
     """Create ``new_id`` as a fork of ``source_id``: hard links to the files that hold its
-    prefix (no copy) and a header naming them (see :mod:`stores.jsonl_format`)."""
+    prefix (no copy) and a header naming them (see :mod:`stores.jsonl_format`). With
+    ``recorded`` (a RestoreOp with ``share_prefix``), the fork gets that op's header and
+    times instead of ``extra`` and now, and its events after the fork point."""
     stem, target = txn.session(new_id)
     for _ in range(10):
         source = FileIndex.open(layout.session(_stem(source_id)))
@@ -266,6 +274,24 @@ def fork_session(
             links = _link_prefix(layout, txn, stem, source, at)
             if links is None:
                 continue  # the source file was replaced meanwhile: look again
+            if recorded is not None:
+                header = attrs.evolve(
+                    new_header(
+                        new_id,
+                        recorded.header_json,
+                        recorded.created_at,
+                        parent=(source_id, at),
+                        base_seq=at,
+                        bases=links,
+                    ),
+                    updated_at=recorded.updated_at,
+                )
+                txn.create(stem, header, recorded.events, now, recorded.stamps)
+                head = at + len(recorded.events)
+                merged = decode_json_object(recorded.header_json)
+                return SessionInfo(
+                    new_id, head, recorded.created_at, recorded.updated_at, merged, (source_id, at)
+                )
             merged = fork_header(
                 decode_json_object(source.header.header_json), extra, source_id, at
             )

@@ -200,12 +200,26 @@ class MemoryStore(MemoryLeases, BatchingStore):
 
     def _restore(self, state: _State, op: RestoreOp) -> int:
         session = state.sessions.get(op.session_id)
-        head = 0 if session is None else len(session.rows)
+        shared = op.parent if session is None and op.share_prefix else None
+        head = shared[1] if shared is not None else 0 if session is None else len(session.rows)
         if op.expected_head != head:
             raise ConflictError(op.session_id, op.expected_head, head)
         if session is None:
+            rows: list[_Row] = []
+            if shared is not None:  # a fork's prefix: the parent's rows (immutable tuples)
+                parent = state.sessions.get(shared[0])
+                check_fork(
+                    shared[0],
+                    op.session_id,
+                    shared[1],
+                    target_exists=False,
+                    source_head=None if parent is None else len(parent.rows),
+                )
+                assert parent is not None
+                rows = parent.rows[: shared[1]]
             session = self._new_session(state, op.header_json, op.created_at)
             session.parent = op.parent
+            session.rows = rows
             state.sessions[op.session_id] = session
         session.rows.extend(
             (head + i, ts, ev.kind, ev.data_json, ev.run_id)

@@ -66,7 +66,7 @@ from .postgres_base import (
 )
 from .postgres_lineage import check_cut, find_run, fork_session, read_window
 from .postgres_listen import PgListener
-from .postgres_schema import open_store_schema
+from .postgres_schema import RETRY_SQLSTATE, open_store_schema
 from .records import (
     INFO_COLUMNS,
     JSON,
@@ -304,9 +304,11 @@ class PostgresStore(BatchingStore):
             row = conn.execute(pgops.APPEND_MANY, args, prepare=True).fetchone()
         except (psycopg.errors.NotNullViolation, psycopg.DataError):
             return None  # rolled back whole (the statement was its own transaction)
+        except psycopg.DatabaseError as exc:
+            if isinstance(exc, psycopg.errors.DeadlockDetected) or exc.sqlstate == RETRY_SQLSTATE:
+                return None  # likewise: it undid itself
+            raise
         assert row is not None
-        if row[0]:
-            return None
         return list(row[1])
 
     def delete(self, session_id: str) -> bool:

@@ -16,8 +16,11 @@ holder still lived) gets it at a later renewal.
 The advisory lock is an accelerator, never the safety: a network partition can end the
 holder's connection (the lock is released) while its process still runs. What makes that
 safe is the fence: every write of an owner checks, inside its own transaction, that the
-lease row still names it, and locks that row (``FOR SHARE``) so that a takeover commits
-either before the write (which then fails with :class:`OwnershipLostError`) or after it.
+lease still names it, and holds a row lock that a takeover must wait for -- the lease
+row's (``FOR SHARE``), or on the append path the session row's, which carries a copy of
+the lease's owner that triggers keep exact (:mod:`stores.postgres_schema`, version 2) --
+so that a takeover commits either before the write (which then fails with
+:class:`OwnershipLostError`) or after it.
 
 **Projection checkpoints** are rows keyed by ``(sid, name)`` holding the pin they were
 folded at; a load checks, in the same statement, that no cut since then reaches below it.

@@ -3,13 +3,22 @@ per-op functions of the general path.
 
 **The append path.** A batch of appends to distinct sessions -- the runtime's usual
 batch -- is one statement (:data:`APPEND_MANY`), so one round trip and one implicit
-transaction: it locks the fenced sessions' lease rows (``FOR SHARE``) and the sessions'
-rows (``FOR UPDATE``), both in id order; checks every op's owner and expected head;
-and only if *all* pass, creates the new sessions, moves the heads, inserts every event
-(arrays unnested on the server) and issues the NOTIFY. If any check fails it writes
-nothing, and the store runs the batch again through the general path, whose per-op
+transaction. For each existing session it is one row operation, which is check, lock and
+fence at once: ``UPDATE sessions SET head = head + n WHERE id = ... AND head = expected
+AND owner = me`` (the session row carries its lease's owner, kept exact by triggers:
+:mod:`stores.postgres_schema`, version 2). The update locks the row, and a concurrent
+writer's or takeover's change of it is waited for and re-checked (PostgreSQL's
+read-committed update rule). New sessions are inserted (a fenced one takes its lease's
+owner, read ``FOR SHARE``); the events are inserted (arrays unnested on the server) for
+the ops that passed, and the NOTIFY issued. If any op did not pass -- a conflict, a lost
+lease, a resend, a session created or deleted concurrently -- the statement raises
+(``retry_batch()``, SQLSTATE :data:`~stores.postgres_schema.RETRY_SQLSTATE`), which undoes
+all of it, and the store runs the batch again through the general path, whose per-op
 rules (:mod:`stores._batching`) decide each op's result. The statement only takes the
-path where every op succeeds; it applies no rule of its own.
+path where every op succeeds; it applies no rule of its own. Its row locks are not taken
+in id order: two hosts' batches that name the same two sessions in opposite order can
+deadlock; PostgreSQL then fails one of them (after ``deadlock_timeout``), which wrote
+nothing and goes through the general path, which locks in id order.
 
 Measured (``python -m bench.pg_paths``: microseconds per committed batch of n one-event
 appends, asynchronous commit, local socket, 2 busy cores -- noisy to +-30 %):
@@ -64,7 +73,7 @@ from .errors import (
     TidelogError,
 )
 from .postgres_base import MAX_PAYLOAD_BYTES, notify_payload, one
-from .postgres_lineage import protect_children, stored_rows
+from .postgres_lineage import fork_session, protect_children, stored_rows
 from .records import INFO_COLUMNS, PreparedEvent, SessionInfo, decode_json_object, session_info
 
 __all__ = [
@@ -92,53 +101,51 @@ NOW = "extract(epoch FROM clock_timestamp())::float8"
 # -- the append path ----------------------------------------------------------------------
 
 #: One statement for a batch of appends to distinct sessions (see the module doc).
-#: Output: the number of failed checks (0: everything was written), the new heads.
+#: Output: the new heads, in op order. It raises ``RETRY_SQLSTATE`` (through the
+#: schema's ``retry_batch()``), undoing everything it did, when an op needs the general
+#: path.
 APPEND_MANY = f"""
-WITH lk AS MATERIALIZED (
-    SELECT id, owner FROM leases WHERE id = ANY(%(fenced)b::text[]) ORDER BY id FOR SHARE),
-cur AS MATERIALIZED (
-    SELECT id, sid, head FROM sessions WHERE id = ANY(%(ids)b::text[])
-    AND (SELECT count(*) FROM lk) >= 0 ORDER BY id FOR UPDATE),
-ops AS MATERIALIZED (
-    SELECT o.n, o.id, o.x, o.owner, o.c, o.h, cur.sid, coalesce(cur.head, 0) AS head,
-        sum(o.c) OVER (ORDER BY o.n) - o.c AS start
+WITH ops AS MATERIALIZED (
+    SELECT o.n, o.id, o.x, o.owner, o.c, o.h, sum(o.c) OVER (ORDER BY o.n) - o.c AS start
     FROM unnest(%(ids)b::text[], %(expected)b::bigint[], %(owners)b::text[],
-        %(counts)b::int[], %(headers)b::text[]) WITH ORDINALITY AS o(id, x, owner, c, h, n)
-    LEFT JOIN cur ON cur.id = o.id),
-bad AS MATERIALIZED (
-    SELECT count(*) AS n FROM ops LEFT JOIN lk ON lk.id = ops.id
-    WHERE (ops.owner IS NOT NULL AND lk.owner IS DISTINCT FROM ops.owner) OR ops.x <> ops.head),
-now AS MATERIALIZED (SELECT {NOW} AS t FROM bad),
+        %(counts)b::int[], %(headers)b::text[]) WITH ORDINALITY AS o(id, x, owner, c, h, n)),
+now AS MATERIALIZED (SELECT {NOW} AS t),
+upd AS (
+    UPDATE sessions AS s SET head = s.head + ops.c, updated_at = now.t FROM ops, now
+    WHERE s.id = ops.id AND (ops.x IS NULL OR s.head = ops.x)
+        AND (ops.owner IS NULL OR s.owner = ops.owner)
+    RETURNING ops.n, s.sid, s.head - ops.c AS head),
 ins AS (
     INSERT INTO sessions(id, head, created_at, updated_at, header)
-    SELECT ops.id, ops.c, now.t, now.t, ops.h FROM ops, bad, now
-    WHERE ops.sid IS NULL AND ops.c > 0 AND bad.n = 0
-    ON CONFLICT (id) DO NOTHING RETURNING id, sid),
-upd AS (
-    UPDATE sessions AS s SET head = ops.head + ops.c, updated_at = now.t
-    FROM ops, bad, now WHERE s.sid = ops.sid AND ops.c > 0 AND bad.n = 0),
+    SELECT ops.id, ops.c, now.t, now.t, ops.h FROM ops, now
+    WHERE coalesce(ops.x, 0) = 0 AND NOT EXISTS (SELECT FROM sessions AS s WHERE s.id = ops.id)
+    ON CONFLICT (id) DO NOTHING RETURNING id, sid, owner),
+done AS (
+    SELECT upd.n, upd.sid, upd.head FROM upd
+    UNION ALL
+    SELECT ops.n, ins.sid, 0 FROM ins JOIN ops ON ops.id = ins.id
+    WHERE ops.owner IS NULL OR ins.owner = ops.owner),
 ev AS (
     INSERT INTO events(sid, seq, ts, kind, data, run_id)
-    SELECT coalesce(ops.sid, ins.sid), ops.head + e.n - ops.start, now.t, e.kind, e.data, e.run_id
+    SELECT done.sid, done.head + e.n - ops.start, now.t, e.kind, e.data, e.run_id
     FROM unnest(%(ev_op)b::int[], %(kinds)b::text[], %(datas)b::text[], %(run_ids)b::text[])
         WITH ORDINALITY AS e(op, kind, data, run_id, n)
-    JOIN ops ON ops.n = e.op LEFT JOIN ins ON ins.id = ops.id, bad, now
-    WHERE bad.n = 0)
-SELECT r.bad, r.heads,
-    CASE WHEN r.bad = 0 AND r.p IS NOT NULL AND %(channel)s::text IS NOT NULL
+    JOIN ops ON ops.n = e.op JOIN done ON done.n = e.op, now)
+SELECT CASE WHEN r.k < %(k)s THEN retry_batch() END, r.heads,
+    CASE WHEN r.k = %(k)s AND %(channel)s::text IS NOT NULL
         THEN pg_notify(%(channel)s,
             CASE WHEN octet_length(r.p) <= {MAX_PAYLOAD_BYTES} THEN r.p ELSE '*' END) END,
     CASE WHEN %(sync)s THEN set_config('synchronous_commit', 'on', true) END
-FROM (SELECT bad.n AS bad, array_agg(ops.head + ops.c ORDER BY ops.n) AS heads,
-        string_agg((ops.head + ops.c)::text || ' ' || ops.id, E'\\n' ORDER BY ops.n)
-            FILTER (WHERE ops.c > 0) AS p
-    FROM bad, ops GROUP BY bad.n) AS r
+FROM (SELECT count(*) AS k, array_agg(done.head + ops.c ORDER BY ops.n) AS heads,
+        string_agg((done.head + ops.c)::text || ' ' || ops.id, E'\\n' ORDER BY ops.n) AS p
+    FROM done JOIN ops ON ops.n = done.n) AS r
 """
 
 
 def plain_appends(ops: Sequence[WriteOp]) -> TypeGuard[Sequence[AppendOp]]:
-    """True for a batch of appends to distinct sessions (the one-statement path)."""
-    if not all(type(op) is AppendOp for op in ops):
+    """True for a batch of appends of events to distinct sessions (the one-statement
+    path; an append of no events, a check only, takes the general path)."""
+    if not all(type(op) is AppendOp and op.events for op in ops):
         return False
     return len({op.session_id for op in ops}) == len(ops)
 
@@ -151,7 +158,6 @@ def append_many_args(
     ids: list[str] = []
     expected: list[int | None] = []
     owners: list[str | None] = []
-    fenced: list[str] = []
     counts: list[int] = []
     headers: list[str] = []
     ev_op: list[int] = []
@@ -162,8 +168,6 @@ def append_many_args(
         ids.append(op.session_id)
         expected.append(op.expected_head)
         owners.append(op.owner)
-        if op.owner is not None:
-            fenced.append(op.session_id)
         events = op.events
         counts.append(len(events))
         headers.append(op.header_json)
@@ -173,7 +177,6 @@ def append_many_args(
             datas.append(event.data_json)
             run_ids.append(event.run_id)
     return {
-        "fenced": fenced,
         "ids": ids,
         "expected": expected,
         "owners": owners,
@@ -185,6 +188,7 @@ def append_many_args(
         "run_ids": run_ids,
         "channel": channel,
         "sync": sync,
+        "k": len(ops),
     }
 
 
@@ -327,9 +331,22 @@ def insert_events(
 
 def apply_restore(conn: Conn, op: RestoreOp, moved: dict[str, int]) -> int:
     """Apply a :class:`~stores.contract.RestoreOp` (events with their recorded times; a
-    missing session created as recorded); the new head. One statement for the events."""
+    missing session created as recorded, or as a fork sharing its parent's prefix); the
+    new head. One statement for the events."""
     while True:
         row = _session_row(conn, op.session_id)
+        if row is None and op.share_prefix and op.parent is not None:
+            base_id, head = op.parent
+            if op.expected_head != head:
+                raise ConflictError(op.session_id, op.expected_head, head)
+            # Created concurrently meanwhile: SessionExistsError, this op alone fails.
+            fork_session(conn, base_id, op.session_id, head, {}, op.created_at)
+            sid = one(
+                conn,
+                "UPDATE sessions SET header = %s WHERE id = %s RETURNING sid",
+                (op.header_json, op.session_id),
+            )[0]
+            break
         head = 0 if row is None else row[1]
         if op.expected_head != head:
             raise ConflictError(op.session_id, op.expected_head, head)

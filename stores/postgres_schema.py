@@ -22,12 +22,22 @@ import psycopg
 from .errors import StoreError, StoreIOError, TidelogError, UnsupportedFormatError
 from .postgres_base import advisory_key, one
 
-__all__ = ["APPLICATION", "MIGRATIONS", "SCHEMA_VERSION", "open_store_schema"]
+__all__ = [
+    "APPLICATION",
+    "MIGRATIONS",
+    "RETRY_SQLSTATE",
+    "SCHEMA_VERSION",
+    "open_store_schema",
+]
 
 #: The ``application`` of every tidelog schema's ``tidelog_format`` row.
 APPLICATION = "tidelog"
 #: The format version this code writes.
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
+
+#: The SQLSTATE of the error :data:`~stores.postgres_ops.APPEND_MANY` raises (through
+#: the schema's ``retry_batch()``) to undo itself when an op needs the general path.
+RETRY_SQLSTATE = "TL001"
 
 
 def _create_tables(conn: psycopg.Connection[Any], schema: str) -> None:
@@ -95,10 +105,59 @@ def _create_tables(conn: psycopg.Connection[Any], schema: str) -> None:
     )
 
 
+def _owner_on_session_row(conn: psycopg.Connection[Any], schema: str) -> None:
+    """Version 2: the lease's owner is also on the session's row (``sessions.owner``), so
+    that the append path's head update is the fence and the row lock in one row operation
+    (``UPDATE sessions ... WHERE head = expected AND owner = me``) instead of three (lock
+    the lease row, lock the session row, update it).
+
+    ``leases`` stays the lease's truth; triggers keep the copy exact in the very
+    transactions that change it: a lease written or deleted updates its session's row
+    (which waits for an append in flight on that row: the takeover commits after it, or
+    the append sees the new owner), and a new session's row takes its lease's owner,
+    reading the lease row ``FOR SHARE`` so a takeover in flight cannot miss the new row.
+    ``retry_batch()`` is how the one-statement append path undoes itself.
+    """
+    s = schema
+    conn.execute(
+        f"""
+        ALTER TABLE {s}.sessions ADD COLUMN owner text;
+        UPDATE {s}.sessions AS x SET owner = l.owner FROM {s}.leases AS l WHERE l.id = x.id;
+        CREATE FUNCTION {s}.lease_owner_to_session() RETURNS trigger
+        LANGUAGE plpgsql AS $$
+        BEGIN
+            IF TG_OP = 'DELETE' THEN
+                UPDATE {s}.sessions SET owner = NULL WHERE id = OLD.id AND owner IS NOT NULL;
+            ELSIF TG_OP = 'INSERT' OR NEW.owner IS DISTINCT FROM OLD.owner THEN
+                UPDATE {s}.sessions SET owner = NEW.owner WHERE id = NEW.id;
+            END IF;
+            RETURN NULL;
+        END $$;
+        CREATE TRIGGER lease_owner AFTER INSERT OR UPDATE OF owner OR DELETE ON {s}.leases
+            FOR EACH ROW EXECUTE FUNCTION {s}.lease_owner_to_session();
+        CREATE FUNCTION {s}.session_owner_from_lease() RETURNS trigger
+        LANGUAGE plpgsql AS $$
+        BEGIN
+            NEW.owner := (SELECT owner FROM {s}.leases WHERE id = NEW.id FOR SHARE);
+            RETURN NEW;
+        END $$;
+        CREATE TRIGGER session_owner BEFORE INSERT ON {s}.sessions
+            FOR EACH ROW EXECUTE FUNCTION {s}.session_owner_from_lease();
+        CREATE FUNCTION {s}.retry_batch() RETURNS bigint
+        LANGUAGE plpgsql VOLATILE AS $$
+        BEGIN
+            RAISE EXCEPTION 'tidelog: an op of this batch needs the general path'
+                USING ERRCODE = '{RETRY_SQLSTATE}';
+        END $$;
+        """
+    )
+
+
 #: Migration steps: ``MIGRATIONS[v]`` upgrades a version-``v`` schema to ``v + 1``;
 #: version 0 is a new (or empty) schema. All pending steps run in one transaction.
 MIGRATIONS: dict[int, Callable[[psycopg.Connection[Any], str], None]] = {
     0: _create_tables,
+    1: _owner_on_session_row,
 }
 
 

@@ -46,7 +46,7 @@ from .records import (
     session_info,
 )
 from .sqlite_base import INSERT_EVENT, one
-from .sqlite_lineage import pieces, protect_children, ranges_of, read_rows
+from .sqlite_lineage import fork_session, pieces, protect_children, ranges_of, read_rows
 
 
 def list_query(
@@ -224,10 +224,15 @@ def apply_op(conn: apsw.Connection, op: WriteOp, now: float) -> int:
 def apply_restore(conn: apsw.Connection, op: RestoreOp) -> int:
     """Apply a :class:`~stores.contract.RestoreOp`; the new head."""
     row = conn.execute("SELECT sid, head FROM sessions WHERE id=?", (op.session_id,)).fetchone()
-    head = 0 if row is None else int(row[1])
+    shared = op.parent if row is None and op.share_prefix else None  # a fork's prefix
+    head = shared[1] if shared is not None else 0 if row is None else int(row[1])
     if op.expected_head != head:
         raise ConflictError(op.session_id, op.expected_head, head)
-    if row is None:
+    if shared is not None:
+        fork_session(conn, shared[0], op.session_id, shared[1], {}, op.created_at)
+        conn.execute("UPDATE sessions SET header=? WHERE id=?", (op.header_json, op.session_id))
+        sid = int(one(conn, "SELECT sid FROM sessions WHERE id=?", (op.session_id,))[0])
+    elif row is None:
         parent_id, parent_seq = (None, None) if op.parent is None else op.parent
         conn.execute(
             "INSERT INTO sessions(id, created_at, updated_at, header, parent_id, parent_seq) "

@@ -21,6 +21,7 @@ from runtime import JSON, Runtime, SessionInfo, SessionNotFoundError, Snapshot, 
 
 from ._errors import CliError
 from ._opening import reading_runtime
+from ._opening import shown as address_shown
 from ._output import Listing, compact, event_obj, printable, session_obj, show_time
 
 __all__ = ["cmd_ls", "cmd_show", "cmd_tail", "event_cells", "snapshot_events"]
@@ -43,6 +44,15 @@ def event_cells(event: StoredEvent) -> list[str]:
         printable(event.run_id or "-"),
         compact(event.data),
     ]
+
+
+def _add_event(listing: Listing, event: StoredEvent) -> None:
+    """One event into ``listing``, in the one form it prints (the text cells cost as
+    much as the JSON: never both)."""
+    if listing.fmt == "text":
+        listing.add({}, event_cells(event))
+    else:
+        listing.add(event_obj(event))
 
 
 def _event_line(cells: Sequence[str]) -> str:
@@ -131,7 +141,7 @@ async def _ls(args: argparse.Namespace, out: TextIO) -> int:
         parent = "-" if info.parent is None else f"{printable(info.parent[0])}@{info.parent[1]}"
         cells = [printable(info.id), str(info.head), show_time(info.updated_at), parent]
         listing.add(session_obj(info), [*cells, compact(info.header)])
-    listing.finish({"next": following}, empty=f"no sessions in {args.db}")
+    listing.finish({"next": following}, empty=f"no sessions in {address_shown(args.db)}")
     if more and args.format == "text":
         hint = f" go on with --after {shlex.quote(following)}" if following is not None else ""
         print(f"tidelog: more sessions than --limit {args.limit};{hint}", file=sys.stderr)
@@ -155,7 +165,7 @@ async def _show(args: argparse.Namespace, out: TextIO) -> int:
         )
         async for page in snapshot_events(snap, args.since, args.until, args.limit):
             for event in page:
-                listing.add(event_obj(event), event_cells(event))
+                _add_event(listing, event)
             out.flush()
         listing.finish()
     return 0
@@ -184,7 +194,7 @@ async def _tail(args: argparse.Namespace, out: TextIO) -> int:
             start = args.since if args.lines is None else max(args.since, end - args.lines)
             async for page in snapshot_events(snap, start, end, None):
                 for event in page:
-                    listing.add(event_obj(event), event_cells(event))
+                    _add_event(listing, event)
                 out.flush()
         if args.follow:
             await _follow(rt, args.session, max(args.since, end), listing)
@@ -204,5 +214,5 @@ async def _follow(rt: Runtime, session_id: str, since: int, listing: Listing) ->
 
             nursery.start_soon(stop_on_signal)
             async for event in rt.tail(session_id, since_seq=since):
-                listing.add(event_obj(event), event_cells(event))
+                _add_event(listing, event)
                 listing.out.flush()

@@ -1,5 +1,7 @@
-"""``tidelog check``, ``backup`` and ``stats``: what an operator asks of a database file,
-read-only (``backup`` writes only its new copy).
+"""``tidelog check``, ``backup`` and ``stats``: what an operator asks of a store,
+read-only (``backup`` writes only its new copy). Every backend: a SQLite file, a JSONL
+store directory, a PostgreSQL schema (``postgresql://...?schema=S``); where a check or a
+figure exists for one backend only, the others say so (docs/cli.md).
 
 ``check`` finds what is wrong and says what to do; its exit status is 1 when it found
 something (errors or warnings; notes are information only).
@@ -8,10 +10,15 @@ something (errors or warnings; notes are information only).
 from __future__ import annotations
 
 import argparse
+import contextlib
+import heapq
+import math
 import os
+import shutil
 import sys
+import tempfile
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from typing import Literal, TextIO
 
 import attrs
@@ -20,21 +27,32 @@ import trio
 from runtime import (
     INTERNAL_PREFIX,
     JSON,
+    PublishedStatistics,
     Runtime,
     SessionInfo,
     SqliteStore,
+    Store,
     StoreCorruptError,
     open_runtime,
+    published_statistics,
 )
 from runtime.agents import checkpoint_sessions
+from stores import JsonlStore, LeaseInfo
 from stores.leases import holder_is_dead
-from stores.sqlite_schema import SCHEMA_VERSION
+from stores.urls import StoreKind
 
-from ._errors import EXIT_FOUND, CliError
-from ._opening import StopFlag, open_reader, stoppable
+from ._errors import EXIT_FOUND, CliError, Interrupted, leaf
+from ._opening import (
+    StopFlag,
+    kind_of,
+    open_reader,
+    open_writer,
+    shown,
+    stoppable,
+)
 from ._output import Listing, dumps, key_values, printable, progress, show_time, table
 
-__all__ = ["Finding", "cmd_backup", "cmd_check", "cmd_stats", "run_check"]
+__all__ = ["Finding", "cmd_backup", "cmd_check", "cmd_stats", "format_version", "run_check"]
 
 Level = Literal["error", "warning", "note"]
 
@@ -53,8 +71,24 @@ class Finding:
 
 _RESTORE = (
     "restore the latest good backup (tidelog backup makes them), or export what still "
-    "reads (tidelog export) and import it into a new file"
+    "reads (tidelog export) and import it into a new store"
 )
+
+
+def format_version(kind: StoreKind) -> int:
+    """The store format this tidelog writes on backend ``kind`` (what opening checked:
+    an older one is migrated by a writer, a newer one refused)."""
+    if kind == "sqlite":
+        from stores.sqlite_schema import SCHEMA_VERSION
+
+        return SCHEMA_VERSION
+    if kind == "jsonl":
+        from stores.jsonl_root import STORE_FORMAT
+
+        return STORE_FORMAT
+    from stores.postgres_schema import SCHEMA_VERSION as PG_SCHEMA_VERSION
+
+    return PG_SCHEMA_VERSION
 
 
 async def _all_sessions(rt: Runtime) -> AsyncIterator[list[SessionInfo]]:
@@ -77,40 +111,108 @@ def _lineage_header(info: SessionInfo) -> str | None:
     return None
 
 
-async def run_check(
-    store: SqliteStore, *, quick: bool, stop: StopFlag | None = None
-) -> tuple[list[Finding], int]:
-    """Check ``store``'s file; the findings and the number of sessions."""
-    findings: list[Finding] = []
-    if not quick:
+async def _read_problems(rt: Runtime, info: SessionInfo) -> list[str]:
+    """The lineage check of a backend without a stored-lineage query: a fork's events
+    are read through its chain of bases, a page at a time, and must be seqs 1..head."""
+    from ._browse import snapshot_events
+
+    expected = 0
+    async with rt.snapshot(info.id) as snap:
+        async for page in snapshot_events(snap, 0, None, None):
+            for event in page:
+                expected += 1
+                if event.seq != expected:
+                    return [f"seq {expected} is missing along its chain of fork bases"]
+        if expected != snap.as_of_seq:
+            return [f"seqs {expected + 1}..{snap.as_of_seq} cannot be read"]
+    return []
+
+
+async def _integrity(
+    store: Store, kind: StoreKind, quick: bool, findings: list[Finding]
+) -> int | None:
+    """The backend's own integrity check (not with ``quick``); the file's format version
+    for SQLite (``None`` when the file is too damaged to say)."""
+    if kind == "postgres":
+        findings.append(
+            Finding(
+                "note",
+                "integrity",
+                None,
+                "PostgreSQL keeps its own storage consistent (and checks page checksums if "
+                "enabled); not repeated here -- lineage, leases and checkpoints are checked",
+            )
+        )
+        return format_version(kind)
+    if not quick and isinstance(store, SqliteStore | JsonlStore):
         with progress("integrity", None, unit="checks"):
             ok, detail = await trio.to_thread.run_sync(store.check_integrity)
         if not ok:
-            message = "SQLite's integrity check failed: " + detail.replace("\n", "; ")[:500]
+            what = "SQLite's integrity check" if kind == "sqlite" else "reading every file"
+            message = f"{what} failed: " + detail.replace("\n", "; ")[:500]
             findings.append(Finding("error", "integrity", None, message, _RESTORE))
+    if not isinstance(store, SqliteStore):
+        return format_version(kind)
     try:
         storage = await trio.to_thread.run_sync(store.storage)
     except StoreCorruptError as exc:
         if not findings:
             findings.append(Finding("error", "integrity", None, str(exc), _RESTORE))
         findings.append(Finding("note", "integrity", None, "the file is damaged: stopped here"))
-        return findings, 0
-    if storage.schema_version != SCHEMA_VERSION:
+        return None
+    if storage.schema_version != format_version(kind):
         findings.append(
             Finding(
                 "error",
                 "format",
                 None,
-                f"schema version {storage.schema_version}, this tidelog writes {SCHEMA_VERSION}",
+                f"schema version {storage.schema_version}, this tidelog writes "
+                f"{format_version(kind)}",
                 "open it once with a writable tidelog of the right version to migrate it",
             )
         )
+    return storage.schema_version
+
+
+async def run_check(
+    store: Store, kind: StoreKind, *, quick: bool, stop: StopFlag | None = None
+) -> tuple[list[Finding], int]:
+    """Check ``store`` (of backend ``kind``); the findings and the number of sessions."""
+    findings: list[Finding] = []
+    version = await _integrity(store, kind, quick, findings)
+    if version is None:
+        return findings, 0
+    counted = [0]
+    try:
+        await _check_sessions(store, findings, counted, stop)
+    except BaseException as exc:
+        damage = leaf(exc)
+        if not isinstance(damage, StoreCorruptError):
+            raise
+        # Damage that stops even the listing (a JSONL file a list must read): a finding.
+        if not any(f.level == "error" and f.check == "integrity" for f in findings):
+            findings.append(Finding("error", "integrity", None, str(damage), _RESTORE))
+        findings.append(Finding("note", "integrity", None, "the store is damaged: stopped here"))
+    return findings, counted[0]
+
+
+async def _check_sessions(
+    store: Store, findings: list[Finding], counted: list[int], stop: StopFlag | None
+) -> None:
+    """The lineage of every session, the leases and the run checkpoints (``counted[0]``:
+    the sessions seen)."""
     async with open_runtime(store) as rt:
-        with progress("lineage", storage.sessions, unit="sessions") as advance:
+        with progress("lineage", None, unit="sessions") as advance:
             async for page in _all_sessions(rt):
                 for info in page:
+                    counted[0] += 1
                     try:
-                        problems = await trio.to_thread.run_sync(store.check_lineage, info.id)
+                        if isinstance(store, SqliteStore):
+                            problems = await trio.to_thread.run_sync(store.check_lineage, info.id)
+                        elif info.parent is not None:
+                            problems = await _read_problems(rt, info)
+                        else:
+                            problems = []
                     except StoreCorruptError as exc:
                         problems = [f"cannot be read: {exc}"]
                     for problem in problems:
@@ -137,7 +239,6 @@ async def run_check(
                 message = f"stale lease of {lease.holder} ({why}); the next writer takes it over"
                 findings.append(Finding("note", "lease", lease.session_id, message))
         findings += await _checkpoint_findings(rt, live)
-    return findings, storage.sessions
 
 
 async def _checkpoint_findings(rt: Runtime, live: set[str]) -> list[Finding]:
@@ -162,26 +263,36 @@ async def _checkpoint_findings(rt: Runtime, live: set[str]) -> list[Finding]:
 
 def cmd_check(args: argparse.Namespace) -> int:
     """``tidelog check``."""
+    kind = kind_of(args.db)
     with stoppable() as stop:
         store = open_reader(args.db)
         try:
-            findings, sessions = trio.run(lambda: run_check(store, quick=args.quick, stop=stop))
-            immutable = store.immutable
+            findings, sessions = trio.run(
+                lambda: run_check(store, kind, quick=args.quick, stop=stop)
+            )
+            immutable = bool(getattr(store, "immutable", False))
         finally:
             store.close()
     bad = [f for f in findings if f.level != "note"]
-    _report(sys.stdout, args, findings, sessions, immutable)
+    _report(sys.stdout, args, kind, findings, sessions, immutable)
     return EXIT_FOUND if bad else 0
 
 
 def _report(
-    out: TextIO, args: argparse.Namespace, findings: list[Finding], sessions: int, immutable: bool
+    out: TextIO,
+    args: argparse.Namespace,
+    kind: StoreKind,
+    findings: list[Finding],
+    sessions: int,
+    immutable: bool,
 ) -> None:
     bad = [f for f in findings if f.level != "note"]
+    version = format_version(kind)
     head: dict[str, JSON] = {
-        "path": args.db,
+        "path": shown(args.db),
+        "backend": kind,
         "ok": not bad,
-        "schema_version": SCHEMA_VERSION,
+        "schema_version": version,
         "sessions": sessions,
         "read_as_immutable": immutable,
     }
@@ -197,47 +308,54 @@ def _report(
         listing.add(attrs.asdict(f), cells)
     if args.format == "text":
         verdict = "ok" if not bad else f"{len(bad)} problems"
-        out.write(f"{args.db}: tidelog format {SCHEMA_VERSION}, {sessions} sessions: {verdict}\n")
+        name = "tidelog format" if kind == "sqlite" else f"tidelog {kind} format"
+        out.write(f"{shown(args.db)}: {name} {version}, {sessions} sessions: {verdict}\n")
     listing.finish()
 
 
 # -- backup -------------------------------------------------------------------------------
 
 
+def _dest_kind(args: argparse.Namespace, source: StoreKind) -> StoreKind:
+    """What DEST becomes: a URL names PostgreSQL; a path becomes ``--dest-kind``, by
+    default the source's kind (a SQLite file for a PostgreSQL source)."""
+    if kind_of(args.dest) == "postgres":
+        if args.dest_kind is not None:
+            raise CliError(
+                "tidelog: backup: --dest-kind is for a DEST path, not a postgresql:// URL"
+            )
+        return "postgres"
+    if os.path.lexists(args.dest):
+        raise CliError(f"tidelog: backup: {args.dest} already exists (give a new path)")
+    if args.dest_kind is not None:
+        return args.dest_kind  # type: ignore[no-any-return]
+    return "sqlite" if source == "postgres" else source
+
+
 def cmd_backup(args: argparse.Namespace) -> int:
     """``tidelog backup``: the copy, then ``check`` of the copy."""
-    if os.path.lexists(args.dest):
-        raise CliError(f"tidelog: backup: {args.dest} already exists (give a new file)")
+    source = kind_of(args.db)
+    dest = _dest_kind(args, source)
     with stoppable() as stop:
-        store = open_reader(args.db)
-        try:
-            total = store.storage().page_count
-            with progress("backup", total, unit="pages") as advance:
-                done = [0]
-
-                def step(copied: int, pages: int) -> None:  # noqa: ARG001 (backup callback)
-                    advance(copied - done[0])
-                    done[0] = copied
-                    stop.check("no backup was written")
-
-                store.backup(args.dest, progress=step)
-        finally:
-            store.close()
+        if source == "sqlite" and dest == "sqlite":
+            _online_backup(args, stop)
+        else:
+            _copy_through_dump(args, dest, stop)
         copy = open_reader(args.dest)
         try:
-            findings, sessions = trio.run(lambda: run_check(copy, quick=False))
+            findings, sessions = trio.run(lambda: run_check(copy, dest, quick=False))
         finally:
             copy.close()
     bad = [f for f in findings if f.level != "note"]
     if args.format == "text":
         verdict = "checked: ok" if not bad else f"check found {len(bad)} problems"
-        print(f"backed up {args.db} to {args.dest} ({sessions} sessions); {verdict}")
+        print(f"backed up {shown(args.db)} to {shown(args.dest)} ({sessions} sessions); {verdict}")
         for f in bad:
             print(f"  {f.level}: {f.check}: {f.session or '-'}: {f.message}")
     else:
         record = {
-            "source": args.db,
-            "dest": args.dest,
+            "source": shown(args.db),
+            "dest": shown(args.dest),
             "sessions": sessions,
             "ok": not bad,
             "findings": [attrs.asdict(f) for f in findings],
@@ -246,71 +364,266 @@ def cmd_backup(args: argparse.Namespace) -> int:
     return EXIT_FOUND if bad else 0
 
 
+def _online_backup(args: argparse.Namespace, stop: StopFlag) -> None:
+    """SQLite to a new SQLite file: SQLite's online backup, one consistent snapshot."""
+    store = open_reader(args.db)
+    try:
+        assert isinstance(store, SqliteStore)
+        total = store.storage().page_count
+        with progress("backup", total, unit="pages") as advance:
+            done = [0]
+
+            def step(copied: int, pages: int) -> None:  # noqa: ARG001 (backup callback)
+                advance(copied - done[0])
+                done[0] = copied
+                stop.check("no backup was written")
+
+            store.backup(args.dest, progress=step)
+    finally:
+        store.close()
+
+
+def _copy_through_dump(args: argparse.Namespace, dest: StoreKind, stop: StopFlag) -> None:
+    """Any other pair: export the source into a temporary dump, import it into DEST
+    (each session copied from one snapshot of it; forks keep sharing their parent's
+    prefix). A stopped or failed copy removes a new file or directory; a PostgreSQL
+    DEST must hold no store yet, and keeps the sessions copied whole before a stop."""
+    from ._load import import_dump, read_dump
+
+    if dest == "jsonl":
+        os.mkdir(args.dest)
+    made = dest != "postgres"
+    try:
+        with tempfile.TemporaryFile("w+", encoding="ascii", newline="\n") as dump:
+            reader = open_reader(args.db)
+            try:
+                trio.run(_export_into, reader, dump, stop)
+            finally:
+                reader.close()
+            dump.seek(0)
+            target = open_writer(args.dest, create=True)
+            try:
+                if target.list_sessions(limit=1):
+                    made = False
+                    raise CliError(
+                        f"tidelog: backup: {shown(args.dest)} already holds sessions "
+                        "(give a new schema)"
+                    )
+                with progress("restore", None, unit="sessions") as advance:
+
+                    def count(_: object) -> None:
+                        advance(1)
+
+                    import_dump(target, read_dump(dump), stop, count)
+                target.sync()
+            finally:
+                target.close()
+    except BaseException as exc:
+        if made:
+            _remove(args.dest, dest)
+        if isinstance(leaf(exc), Interrupted):
+            if made:
+                raise Interrupted(f"no backup was written ({shown(args.dest)} removed)") from None
+            raise Interrupted(
+                f"the sessions copied so far are whole in {shown(args.dest)}; back up into "
+                "a new schema, or import the rest"
+            ) from None
+        raise
+
+
+async def _export_into(store: Store, out: TextIO, stop: StopFlag) -> None:
+    from ._dump import export_runtime
+
+    async with open_runtime(store) as rt:
+        await export_runtime(rt, [], out, stop)
+
+
+def _remove(path: str, kind: StoreKind) -> None:
+    with contextlib.suppress(FileNotFoundError):
+        if kind == "jsonl":
+            shutil.rmtree(path)
+        else:
+            for suffix in ("", "-wal", "-shm", "-journal"):
+                with contextlib.suppress(FileNotFoundError):
+                    os.remove(path + suffix)
+
+
 # -- stats --------------------------------------------------------------------------------
 
 
 def cmd_stats(args: argparse.Namespace) -> int:
     """``tidelog stats``."""
+    kind = kind_of(args.db)
     store = open_reader(args.db)
     try:
-        storage = store.storage()
-        largest = store.largest_sessions(args.top)
         now = time.time()
         leases = [
             lease
             for lease in store.list_leases()
             if lease.expires > now and not holder_is_dead(lease.holder)
         ]
-        conversations, internal, events = trio.run(_count, store)
+        conversations, internal, events, by_head = trio.run(_count, store, args.top)
+        runtimes = published_statistics(store, now=now)
+        record: dict[str, JSON] = {
+            "path": shown(args.db),
+            "backend": kind,
+            "schema_version": format_version(kind),
+            "sessions": conversations + internal,
+            "conversations": conversations,
+            "internal_sessions": internal,
+            "events": events,
+            "stored_events": None,
+            "file_bytes": None,
+            "wal_bytes": None,
+            "page_size": None,
+            "free_pages": None,
+            "largest": [
+                {"session_id": sid, "events": head, "bytes": None} for head, sid in by_head
+            ],
+            "live_writers": [{"session": i.session_id, "holder": i.holder} for i in leases],
+            "runtimes": [_runtime_obj(r) for r in runtimes],
+        }
+        if isinstance(store, SqliteStore):
+            storage = store.storage()
+            record.update(
+                schema_version=storage.schema_version,
+                stored_events=storage.stored_events,
+                file_bytes=storage.file_bytes,
+                wal_bytes=storage.wal_bytes,
+                page_size=storage.page_size,
+                free_pages=storage.free_pages,
+                largest=[attrs.asdict(s) for s in store.largest_sessions(args.top)],
+            )
+        elif kind == "jsonl":
+            record["file_bytes"] = sum(_file_sizes(args.db))
     finally:
         store.close()
-    record: dict[str, JSON] = {
-        "path": args.db,
-        "schema_version": storage.schema_version,
-        "sessions": conversations + internal,
-        "conversations": conversations,
-        "internal_sessions": internal,
-        "events": events,
-        "stored_events": storage.stored_events,
-        "file_bytes": storage.file_bytes,
-        "wal_bytes": storage.wal_bytes,
-        "page_size": storage.page_size,
-        "free_pages": storage.free_pages,
-        "largest": [attrs.asdict(s) for s in largest],
-        "live_writers": [{"session": i.session_id, "holder": i.holder} for i in leases],
-    }
     out = sys.stdout
     if args.format != "text":
         out.write(dumps(record) + "\n")
         return 0
-    key_values(
-        out,
-        [
-            ("database", args.db),
-            (
-                "sessions",
-                f"{conversations + internal:,} ({internal:,} internal: run checkpoints, archives)",
-            ),
-            ("events", f"{events:,} ({storage.stored_events:,} stored: forks share prefixes)"),
-            (
-                "file",
-                f"{storage.file_bytes:,} bytes ({storage.free_pages:,} free pages of "
-                f"{storage.page_size:,} bytes)",
-            ),
-            ("WAL", f"{storage.wal_bytes:,} bytes"),
-            ("live writers", ", ".join(f"{i.session_id} ({i.holder})" for i in leases) or "none"),
-        ],
-    )
-    if largest:
-        rows = [[printable(s.session_id), f"{s.events:,}", f"{s.bytes:,}"] for s in largest]
-        out.write("\n")
-        table(out, ("LARGEST SESSIONS", "EVENTS", "BYTES"), rows, right=frozenset({1, 2}))
+    _print_stats(out, record, conversations, internal, events, leases)
+    _print_runtimes(out, runtimes, now)
     return 0
 
 
-async def _count(store: SqliteStore) -> tuple[int, int, int]:
-    """Conversations, internal sessions and events (the sum of the heads)."""
+def _runtime_obj(item: PublishedStatistics) -> dict[str, JSON]:
+    """The JSON form of a runtime's published statistics (see docs/cli.md)."""
+    return {
+        "session_id": item.session_id,
+        "holder": item.holder,
+        "live": item.live,
+        "started_at": item.started_at,
+        "published_at": item.published_at,
+        "interval": item.interval if math.isfinite(item.interval) else None,
+        "statistics": item.statistics,
+    }
+
+
+def _print_runtimes(out: TextIO, runtimes: list[PublishedStatistics], now: float) -> None:
+    live = [r for r in runtimes if r.live]
+    out.write("\n")
+    if not live:
+        out.write(
+            "live runtimes: none publishes statistics here (a runtime does with "
+            "open_runtime(..., publish_statistics=SECONDS))\n"
+        )
+        if runtimes:
+            out.write(f"  ({len(runtimes)} stale records of runtimes that are gone)\n")
+        return
+    rows = []
+    for item in live:
+        writer = item.statistics.get("writer")
+        counters = writer if isinstance(writer, dict) else {}
+        age = "-" if item.published_at is None else f"{max(0.0, now - item.published_at):.1f}s ago"
+        rows.append(
+            [
+                item.holder,
+                age,
+                str(item.statistics.get("sessions", "-")),
+                f"{counters.get('batches_committed', '-')}",
+                f"{counters.get('events_committed', '-')}",
+                f"{counters.get('mailbox_depth', '-')}",
+                f"{counters.get('fsyncs', '-')}",
+            ]
+        )
+    table(
+        out,
+        ("LIVE RUNTIME", "PUBLISHED", "ACTORS", "BATCHES", "EVENTS", "QUEUED", "FSYNCS"),
+        rows,
+        right=frozenset({2, 3, 4, 5, 6}),
+    )
+
+
+def _file_sizes(root: str) -> Iterator[int]:
+    """The size of every file under ``root`` (a JSONL store: its session files and the
+    rest), each file once however many hard links (forks' bases) name it."""
+    seen: set[tuple[int, int]] = set()
+    for directory, _, names in os.walk(root):
+        for name in names:
+            with contextlib.suppress(FileNotFoundError):
+                info = os.lstat(os.path.join(directory, name))
+                if (info.st_dev, info.st_ino) not in seen:
+                    seen.add((info.st_dev, info.st_ino))
+                    yield info.st_size
+
+
+def _print_stats(
+    out: TextIO,
+    record: dict[str, JSON],
+    conversations: int,
+    internal: int,
+    events: int,
+    leases: list[LeaseInfo],
+) -> None:
+    stored = record["stored_events"]
+    shared = f" ({stored:,} stored: forks share prefixes)" if isinstance(stored, int) else ""
+    rows = [
+        ("store", f"{record['path']} ({record['backend']})"),
+        (
+            "sessions",
+            f"{conversations + internal:,} ({internal:,} internal: run checkpoints, archives, "
+            "runtime statistics)",
+        ),
+        ("events", f"{events:,}{shared}"),
+    ]
+    size, pages = record["file_bytes"], record["free_pages"]
+    if isinstance(size, int) and isinstance(pages, int):
+        rows.append(
+            ("file", f"{size:,} bytes ({pages:,} free pages of {record['page_size']:,} bytes)")
+        )
+    elif isinstance(size, int):
+        rows.append(("files", f"{size:,} bytes"))
+    wal = record["wal_bytes"]
+    if isinstance(wal, int):
+        rows.append(("WAL", f"{wal:,} bytes"))
+    rows.append(
+        ("live writers", ", ".join(f"{i.session_id} ({i.holder})" for i in leases) or "none")
+    )
+    key_values(out, rows)
+    largest = record["largest"]
+    assert isinstance(largest, list)
+    if largest:
+        cells = []
+        for item in largest:
+            assert isinstance(item, dict)
+            size_of = item["bytes"]
+            cells.append(
+                [
+                    printable(str(item["session_id"])),
+                    f"{item['events']:,}",
+                    "-" if size_of is None else f"{size_of:,}",
+                ]
+            )
+        out.write("\n")
+        table(out, ("LARGEST SESSIONS", "EVENTS", "BYTES"), cells, right=frozenset({1, 2}))
+
+
+async def _count(store: Store, top: int) -> tuple[int, int, int, list[tuple[int, str]]]:
+    """Conversations, internal sessions, events (the sum of the heads) and the ``top``
+    longest sessions as ``(head, id)``, longest first."""
     conversations = internal = events = 0
+    longest: list[tuple[int, str]] = []
     async with open_runtime(store) as rt:
         async for page in _all_sessions(rt):
             for info in page:
@@ -319,4 +632,10 @@ async def _count(store: SqliteStore) -> tuple[int, int, int]:
                 else:
                     conversations += 1
                 events += info.head
-    return conversations, internal, events
+                if top:
+                    item = (info.head, info.id)
+                    if len(longest) < top:
+                        heapq.heappush(longest, item)
+                    else:
+                        heapq.heappushpop(longest, item)
+    return conversations, internal, events, sorted(longest, key=lambda x: (-x[0], x[1]))

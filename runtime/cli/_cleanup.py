@@ -17,18 +17,25 @@ from typing import TextIO
 import attrs
 import trio
 
-from runtime import JSON, SessionOwnedError, SqliteStore, open_runtime
+from runtime import JSON, SessionOwnedError, Store, open_runtime
 from runtime.agents import PruneReport, conversation_sessions, prune
 from stores.leases import holder_is_dead
 
 from ._errors import EXIT_FOUND, CliError, Interrupted
-from ._opening import StopFlag, check_database, open_reader, stoppable, writing_runtime
+from ._opening import (
+    StopFlag,
+    check_database,
+    open_reader,
+    open_writer,
+    stoppable,
+    writing_runtime,
+)
 from ._output import Listing, printable, progress
 
 __all__ = ["cmd_delete", "cmd_prune"]
 
 
-def _held(store: SqliteStore) -> set[str]:
+def _held(store: Store) -> set[str]:
     """The sessions a live writer holds now (their lease is current, their holder runs)."""
     now = time.time()
     return {
@@ -63,7 +70,7 @@ async def _prune(args: argparse.Namespace, stop: StopFlag) -> PruneReport:
     if args.dry_run:
         store = await trio.to_thread.run_sync(open_reader, args.db)
     else:
-        store = await trio.to_thread.run_sync(SqliteStore, args.db)
+        store = await trio.to_thread.run_sync(open_writer, args.db)
     try:
         held = await trio.to_thread.run_sync(_held, store)
         async with open_runtime(store) as rt:

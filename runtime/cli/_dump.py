@@ -13,7 +13,9 @@ record, written and read as a stream (see ``docs/cli.md``)::
     {"type": "end-of-dump", "sessions": S}
 
 Every session carries all its events (a fork's shared prefix too), so any subset of a
-dump imports on its own; ``parent`` records the lineage. Internal sessions (run
+dump imports on its own; ``parent`` records the lineage. A fork comes after its parent
+when both are in the dump, so that import can let it share the parent's prefix again
+(see :mod:`runtime.cli._load`). Internal sessions (run
 checkpoints ``tidelog/run/R``, archives) are sessions like any other. The trailer tells
 a complete dump from a cut one.
 
@@ -32,7 +34,7 @@ from typing import TextIO
 
 import trio
 
-from runtime import JSON, Runtime, SessionInfo, SessionNotFoundError
+from runtime import JSON, STATISTICS_PREFIX, Runtime, SessionInfo, SessionNotFoundError
 from runtime.agents import RuntimeHistory, checkpoint_sessions
 
 from ._browse import snapshot_events
@@ -99,12 +101,12 @@ async def export_runtime(
     of any runtime to ``out``; return how many sessions it holds."""
     stop = StopFlag() if stop is None else stop
     if session_ids:
-        chosen = await _with_internal(rt, session_ids)
+        chosen = sorted(await _with_internal(rt, session_ids), key=lambda info: info.id)
         total = sum(info.head for info in chosen)
-        source: AsyncIterator[SessionInfo] = _given(chosen)
+        source = _parents_first(_given(chosen))
     else:
         total = await _count_events(rt) if sys.stderr.isatty() else 0
-        source = _every_session(rt)
+        source = _parents_first(_every_session(rt))
     out.write(dumps(dump_header()) + "\n")
     sessions = 0
     with progress("export", total or None, unit="events") as advance:
@@ -152,15 +154,35 @@ async def _export_session(
 
 
 async def _every_session(rt: Runtime) -> AsyncIterator[SessionInfo]:
-    """Every session, internal ones included, by id with the stable cursor."""
+    """Every session, internal ones included, by id with the stable cursor -- except
+    the statistics records of live runtimes (runtime state, not data)."""
     cursor: str | None = None
     while True:
         page = await rt.list_sessions(limit=1000, after=cursor, include_internal=True)
         for info in page:
-            yield info
+            if not info.id.startswith(STATISTICS_PREFIX):
+                yield info
         if len(page) < 1000:
             return
         cursor = page[-1].id
+
+
+async def _parents_first(infos: AsyncIterator[SessionInfo]) -> AsyncIterator[SessionInfo]:
+    """``infos`` (in id order), except that a fork whose parent is still to come -- its
+    id sorts after the fork's, or the parent itself waits -- waits until the end, where
+    the waiting ones come parents first. Only their infos wait, never events."""
+    waiting: dict[str, SessionInfo] = {}
+    async for info in infos:
+        parent = None if info.parent is None else info.parent[0]
+        if parent is not None and (parent > info.id or parent in waiting):
+            waiting[info.id] = info
+        else:
+            yield info
+    while waiting:
+        ready = [i for i in waiting.values() if i.parent is None or i.parent[0] not in waiting]
+        for info in ready or list(waiting.values()):  # (a loop cannot happen; never stall)
+            del waiting[info.id]
+            yield info
 
 
 async def _count_events(rt: Runtime) -> int:

@@ -30,17 +30,17 @@ from typing import Literal, TextIO
 
 import attrs
 
-from runtime import JSON, SqliteStore, Store, StoredEvent, TidelogError
+from runtime import JSON, SessionInfo, Store, StoredEvent, TidelogError
 from stores import LeaseInfo, NewEvent, RestoreOp, prepare_events
 from stores.leases import holder_is_dead
 from stores.records import encode_json, validate_session_id
 
 from ._dump import DUMP_FORMAT, DUMP_VERSION
 from ._errors import EXIT_FOUND, CliError
-from ._opening import StopFlag, stoppable
+from ._opening import StopFlag, open_writer, shown, stoppable
 from ._output import Listing, progress
 
-__all__ = ["ImportResult", "cmd_import", "import_dump"]
+__all__ = ["ImportResult", "cmd_import", "import_dump", "read_dump"]
 
 #: Events per RestoreOp piece, and events per transaction (several pieces, any sessions).
 PIECE_EVENTS, BATCH_EVENTS = 1000, 8000
@@ -67,8 +67,6 @@ class DumpError(CliError):
 
 def cmd_import(args: argparse.Namespace) -> int:
     """``tidelog import``."""
-    if os.path.isdir(args.db):
-        raise CliError(f"tidelog: {args.db} is a directory, not a database file")
     source: TextIO
     if args.dump == "-":
         source, size = sys.stdin, None
@@ -90,12 +88,8 @@ def cmd_import(args: argparse.Namespace) -> int:
 
     try:
         with stoppable() as stop, progress("import", size, unit="bytes") as advance:
-            lines = _lines(source, advance)
-            first = next(lines, None)
-            if first is None:
-                raise DumpError("tidelog: the dump is empty")
-            _check_header(first[0], _record(*first))  # before the database is created
-            store = SqliteStore(args.db)
+            lines = read_dump(source, advance)  # the header is checked before DB is opened
+            store = open_writer(args.db, create=True)
             try:
                 import_dump(store, lines, stop, report)
                 store.sync()
@@ -109,7 +103,7 @@ def cmd_import(args: argparse.Namespace) -> int:
     listing.finish({**totals, "events": events})
     if args.format == "text":
         print(
-            f"imported {len(results)} sessions into {args.db}: {totals['created']} created, "
+            f"imported {len(results)} sessions into {shown(args.db)}: {totals['created']} created, "
             f"{totals['resumed']} resumed, {totals['unchanged']} unchanged, "
             f"{totals['conflict']} conflicts; {events} events written"
         )
@@ -117,6 +111,19 @@ def cmd_import(args: argparse.Namespace) -> int:
 
 
 _STATUSES: tuple[Status, ...] = ("created", "resumed", "unchanged", "conflict")
+
+
+def read_dump(
+    source: TextIO, advance: Callable[[int], None] | None = None
+) -> Iterator[tuple[int, str]]:
+    """The dump's ``(number, line)`` pairs after its header, which is checked first
+    (:class:`DumpError` for an empty, foreign or newer dump)."""
+    lines = _lines(source, advance or (lambda _: None))
+    first = next(lines, None)
+    if first is None:
+        raise DumpError("tidelog: the dump is empty")
+    _check_header(first[0], _record(*first))
+    return lines
 
 
 def _lines(source: TextIO, advance: Callable[[int], None]) -> Iterator[tuple[int, str]]:
@@ -344,6 +351,8 @@ def _import_session(
             problem = f"it has {existing.head} events, the dump {session.head}"
     verify = 0 if existing is None else existing.head
     stored: list[StoredEvent] = []  # the page of stored events being compared
+    shared = _shareable(importer, session, existing, problem)
+    lent: list[StoredEvent] = []  # the page of the parent's events being compared
     piece: list[NewEvent] = []
     stamps: list[float] = []
     size = written = 0
@@ -360,11 +369,24 @@ def _import_session(
             if not stored or not _same(stored[seq - stored[0].seq], event, ts):
                 problem = f"its event {seq} differs from the dump's"
             continue
+        if seq <= shared:
+            assert session.parent is not None
+            if not lent or lent[-1].seq < seq:
+                lent = store.read(
+                    session.parent[0], since_seq=seq - 1, until_seq=shared, limit=PIECE_EVENTS
+                )
+            at = seq - lent[0].seq if lent else -1
+            if 0 <= at < len(lent) and _same(lent[at], event, ts):
+                continue  # the parent holds it: the fork will share it
+            # The parent's prefix is not the recorded one: a copy of its own after all.
+            written += _copy_prefix(importer, session, seq - 1)
+            shared = 0
         piece.append(event)
         stamps.append(ts)
         size += len(line)
         if len(piece) >= PIECE_EVENTS or size >= PIECE_BYTES:
-            written += _write(importer, session, piece, stamps, seq - len(piece), existing is None)
+            after = seq - len(piece)
+            written += _write(importer, session, piece, stamps, after, existing is None, shared)
             piece, stamps, size = [], [], 0
     number, line = next(lines, (0, ""))
     end = _record(number, line) if line else {}
@@ -383,10 +405,43 @@ def _import_session(
         return
     if piece or existing is None:
         after = session.head - len(piece)
-        written += _write(importer, session, piece, stamps, after, existing is None)
+        written += _write(importer, session, piece, stamps, after, existing is None, shared)
     status: Status = "created" if existing is None else "resumed"
     importer.finished.append(ImportResult(sid, status, written))
     importer.current = None
+
+
+def _shareable(
+    importer: _Importer, session: _Session, existing: SessionInfo | None, problem: str | None
+) -> int:
+    """How many of a new fork's first events it can share with its parent in the
+    target (the fork point), provided they are the recorded ones -- compared as they are
+    read -- or 0: not a fork, or the parent is missing there or shorter."""
+    if existing is not None or problem is not None or session.parent is None:
+        return 0
+    parent_id, at = session.parent
+    if at == 0:
+        return 0
+    if any(op.session_id == parent_id for op in importer.pending):
+        importer.flush()  # the parent is being imported: it must stand before it is read
+    parent = importer.store.stat(parent_id)
+    return at if parent is not None and parent.head >= at else 0
+
+
+def _copy_prefix(importer: _Importer, session: _Session, upto: int) -> int:
+    """Queue the fork's first ``upto`` events as its own, read from its parent in the
+    target (where they were found equal to the dump's); how many."""
+    assert session.parent is not None
+    copied = 0
+    while copied < upto:
+        page = importer.store.read(
+            session.parent[0], since_seq=copied, until_seq=upto, limit=PIECE_EVENTS
+        )
+        if not page:
+            raise DumpError(f"tidelog: the parent of {session.session_id!r} changed meanwhile")
+        events = [NewEvent(e.kind, e.data, run_id=e.run_id) for e in page]
+        copied += _write(importer, session, events, [e.ts for e in page], copied, True, 0)
+    return copied
 
 
 def _write(
@@ -396,9 +451,12 @@ def _write(
     stamps: list[float],
     after: int,
     creates: bool,
+    shared: int,
 ) -> int:
     """Queue one piece of ``session``: ``events`` after seq ``after`` (``creates``: the
-    session did not exist before this run)."""
+    session did not exist before this run; ``shared``: its fork point, when it is
+    created sharing its parent's prefix, else 0)."""
+    share = creates and shared > 0 and after == shared
     op = RestoreOp(
         session.session_id,
         tuple(prepare_events(events)),
@@ -408,8 +466,9 @@ def _write(
         session.created_at,
         session.updated_at,
         session.parent,
+        share_prefix=share,
     )
-    if creates and after == 0:
-        importer.created_here[session.session_id] = 0
+    if creates and (after == 0 or share):
+        importer.created_here[session.session_id] = after
     importer.add(op)
     return len(events)

@@ -51,6 +51,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         from runtime import TidelogError
 
         if isinstance(exc, TidelogError):
-            print(explain(exc, getattr(args, "db", "")), file=sys.stderr)
+            from ._opening import shown
+
+            print(explain(exc, shown(getattr(args, "db", ""))), file=sys.stderr)
             return EXIT_USAGE
         raise

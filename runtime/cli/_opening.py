@@ -1,7 +1,12 @@
-"""How the commands open a database, and how long ones stop cleanly on Ctrl-C.
+"""How the commands open a store, and how long ones stop cleanly on Ctrl-C.
 
-Read commands open the file read-only (:func:`open_reader`): it must exist, it is never
-created, migrated or written, and no file is created beside it (see
+Every command takes a store *address* wherever it takes a database: a SQLite file, a
+JSONL store directory, or a ``postgresql://`` / ``postgres://`` URL (its ``schema`` query
+parameter chooses the schema) -- :func:`stores.urls.store_kind` decides which, here and
+in :func:`runtime.open_runtime` alike.
+
+Read commands open the store read-only (:func:`open_reader`): it must exist, it is never
+created, migrated or written (for SQLite, no file is created beside it either: see
 :mod:`stores.sqlite_readonly`). Write commands open it normally through the runtime
 (:func:`writing_runtime`), so leases keep them off sessions that a live writer holds.
 """
@@ -12,48 +17,94 @@ import contextlib
 import os
 import signal
 import sys
+import urllib.parse
 from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import asynccontextmanager, contextmanager
 from types import FrameType
 
 import trio
 
-from runtime import Runtime, SqliteStore, open_runtime
+from runtime import Runtime, Store, open_runtime
+from stores.urls import StoreKind, is_postgres_url, open_store, store_kind
 
 from ._errors import EXIT_INTERRUPTED, CliError, Interrupted
 
 __all__ = [
     "StopFlag",
     "check_database",
+    "kind_of",
     "open_reader",
+    "open_writer",
     "reading_runtime",
+    "shown",
     "stoppable",
     "writing_runtime",
 ]
 
-
-def check_database(path: str) -> None:
-    """Refuse a path that is not an existing, non-empty file -- before anything opens it
-    (a writable open of a missing file would create a new database)."""
-    if not os.path.lexists(path):
-        raise CliError(f"tidelog: no such database file: {path}")
-    if os.path.isdir(path):
-        raise CliError(f"tidelog: {path} is a directory, not a database file")
-    if not os.path.isfile(path):
-        raise CliError(f"tidelog: {path} is not a regular file")
-    if os.path.getsize(path) == 0:
-        raise CliError(f"tidelog: {path} is empty: not a tidelog database")
+#: The file that marks a directory as a JSONL store (``stores.jsonl_root.MARKER``).
+JSONL_MARKER = "tidelog-jsonl.json"
 
 
-def open_reader(path: str) -> SqliteStore:
-    """Open ``path`` read-only (checked first). If its WAL index cannot be made here (a
-    directory this user may not write) the file is read as immutable: say so on stderr,
-    since commits made meanwhile by a writer may not be seen."""
-    check_database(path)
-    store = SqliteStore(path, read_only=True)
-    if store.immutable and os.path.exists(path + "-wal"):
+def kind_of(address: str) -> StoreKind:
+    """The backend ``address`` names: ``"postgres"``, ``"jsonl"`` or ``"sqlite"``."""
+    return store_kind(address)
+
+
+def shown(address: str) -> str:
+    """``address`` for messages: a PostgreSQL URL without its password."""
+    if not is_postgres_url(address):
+        return address
+    parts = urllib.parse.urlsplit(address)
+    if parts.password is None and "password=" not in parts.query:
+        return address
+    netloc = parts.netloc
+    if parts.password is not None:
+        user, _, host = netloc.rpartition("@")
+        netloc = f"{user.partition(':')[0]}:***@{host}"
+    query = urllib.parse.urlencode(
+        [
+            (key, "***" if key == "password" else value)
+            for key, value in urllib.parse.parse_qsl(parts.query, keep_blank_values=True)
+        ],
+        safe="*",
+    )
+    return urllib.parse.urlunsplit((parts.scheme, netloc, parts.path, query, parts.fragment))
+
+
+def check_database(address: str, *, probe: bool = True) -> None:
+    """Refuse an address that names no existing store -- before anything opens it (a
+    writable open of a missing file would create a new database, of a PostgreSQL schema
+    a new store). A PostgreSQL URL is checked by a read-only open (``probe``; a caller
+    that opens it read-only anyway skips that)."""
+    kind = kind_of(address)
+    if kind == "postgres":
+        if probe:
+            open_store(address, read_only=True).close()  # refuses a schema without a store
+        return
+    if kind == "jsonl":
+        if not os.path.exists(os.path.join(address, JSONL_MARKER)):
+            raise CliError(
+                f"tidelog: {address} is a directory but not a tidelog JSONL store (no "
+                f"{JSONL_MARKER} in it)"
+            )
+        return
+    if not os.path.lexists(address):
+        raise CliError(f"tidelog: no such database file or store directory: {address}")
+    if not os.path.isfile(address):
+        raise CliError(f"tidelog: {address} is not a regular file")
+    if os.path.getsize(address) == 0:
+        raise CliError(f"tidelog: {address} is empty: not a tidelog database")
+
+
+def open_reader(address: str) -> Store:
+    """Open ``address`` read-only (checked first). If a SQLite file's WAL index cannot be
+    made here (a directory this user may not write) the file is read as immutable: say
+    so on stderr, since commits made meanwhile by a writer may not be seen."""
+    check_database(address, probe=False)
+    store = open_store(address, read_only=True)
+    if getattr(store, "immutable", False) and os.path.exists(address + "-wal"):
         print(
-            f"tidelog: note: {path} is read as an immutable file: its WAL index cannot be "
+            f"tidelog: note: {address} is read as an immutable file: its WAL index cannot be "
             "created here (the directory is not writable for this user), so commits made "
             "while this command runs may not be seen",
             file=sys.stderr,
@@ -61,10 +112,19 @@ def open_reader(path: str) -> SqliteStore:
     return store
 
 
+def open_writer(address: str, *, create: bool = False) -> Store:
+    """Open ``address`` to write it; it must exist unless ``create`` (then a missing
+    path becomes a new SQLite file, an empty directory a new JSONL store, a PostgreSQL
+    schema without a store a new one)."""
+    if not create:
+        check_database(address)
+    return open_store(address)
+
+
 @asynccontextmanager
-async def reading_runtime(path: str) -> AsyncIterator[Runtime]:
-    """A runtime on a read-only store of ``path``: it takes no lease and writes nothing."""
-    store = await trio.to_thread.run_sync(open_reader, path)
+async def reading_runtime(address: str) -> AsyncIterator[Runtime]:
+    """A runtime on a read-only store of ``address``: it takes no lease, writes nothing."""
+    store = await trio.to_thread.run_sync(open_reader, address)
     try:
         async with open_runtime(store) as rt:
             yield rt
@@ -73,10 +133,10 @@ async def reading_runtime(path: str) -> AsyncIterator[Runtime]:
 
 
 @asynccontextmanager
-async def writing_runtime(path: str) -> AsyncIterator[Runtime]:
-    """A runtime that may write ``path`` (which must exist)."""
-    check_database(path)
-    async with open_runtime(path) as rt:
+async def writing_runtime(address: str) -> AsyncIterator[Runtime]:
+    """A runtime that may write ``address`` (which must name an existing store)."""
+    await trio.to_thread.run_sync(check_database, address)
+    async with open_runtime(address) as rt:
         yield rt
 
 

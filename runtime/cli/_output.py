@@ -35,9 +35,13 @@ Format = Literal["text", "json", "jsonl"]
 DATA_WIDTH = 72
 
 
+#: One encoder for every record (``json.dumps`` with options builds a new one per call).
+_ENCODER = json.JSONEncoder(ensure_ascii=True, separators=(",", ":"), allow_nan=False)
+
+
 def dumps(obj: object) -> str:
     """One line of JSON, ASCII only (so any terminal or pipe takes it), exact floats."""
-    return json.dumps(obj, ensure_ascii=True, separators=(",", ":"), allow_nan=False)
+    return _ENCODER.encode(obj)
 
 
 def session_obj(info: SessionInfo) -> dict[str, JSON]:

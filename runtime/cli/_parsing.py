@@ -24,8 +24,8 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
     "export": ("_dump", "cmd_export", "write sessions to a dump (JSON Lines) on stdout or -o"),
     "import": ("_load", "cmd_import", "load a dump into a database (idempotent, resumable)"),
     "check": ("_check", "cmd_check", "check integrity, format, lineage, leases, checkpoints"),
-    "backup": ("_check", "cmd_backup", "copy a live database consistently, then check the copy"),
-    "stats": ("_check", "cmd_stats", "sessions, events, bytes, WAL size, largest sessions"),
+    "backup": ("_check", "cmd_backup", "copy a live store consistently, then check the copy"),
+    "stats": ("_check", "cmd_stats", "sessions, events, bytes, WAL, largest, live runtimes"),
     "prune": ("_cleanup", "cmd_prune", "delete old sessions and run checkpoints (see --dry-run)"),
     "delete": ("_cleanup", "cmd_delete", "delete sessions (never one a live writer holds)"),
     "fork": ("_edit", "cmd_fork", "fork a session at a seq (O(1): shares the prefix)"),
@@ -141,7 +141,12 @@ def _formats(parser: argparse.ArgumentParser, *, jsonl_only: bool = False) -> No
 
 
 def _database(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("db", metavar="DB", help="tidelog database file")
+    parser.add_argument(
+        "db",
+        metavar="DB",
+        help="the store: a SQLite file, a JSONL store directory, or a postgresql:// URL "
+        "(?schema=S chooses the schema)",
+    )
 
 
 def _add(
@@ -155,9 +160,10 @@ def build_parser() -> argparse.ArgumentParser:
     """The ``tidelog`` argument parser."""
     parser = argparse.ArgumentParser(
         prog="tidelog",
-        description="Inspect, export, check and maintain tidelog databases (durable "
-        "agent sessions on SQLite). Read commands open the database read-only and "
-        "create no file.",
+        description="Inspect, export, check and maintain tidelog stores (durable agent "
+        "sessions): wherever a command takes DB, give a SQLite file, a JSONL store "
+        "directory or a postgresql:// URL (?schema=S chooses the schema). Read commands "
+        "open the store read-only and create no file.",
         epilog="Run `tidelog COMMAND --help` for a command's options; docs/cli.md has "
         "the JSON schemas and the dump format.",
     )
@@ -255,7 +261,9 @@ def build_parser() -> argparse.ArgumentParser:
     load = _add(
         commands,
         "import",
-        "Load a dump into DB (created if missing). Idempotent: a session already there "
+        "Load a dump into DB (created if missing: a new path becomes a SQLite file, an "
+        "empty directory a JSONL store, a PostgreSQL schema a new store; a fork whose "
+        "parent is there shares its prefix again). Idempotent: a session already there "
         "with the same content is left alone, one imported in part is completed, one "
         "that differs is reported as a conflict and not touched (exit status 1).",
     )
@@ -266,28 +274,46 @@ def build_parser() -> argparse.ArgumentParser:
     check = _add(
         commands,
         "check",
-        "Check a database read-only: SQLite integrity, format version, every fork's "
-        "stored lineage, the leases held (and by whom), orphaned run checkpoints. Exit "
-        "status 1 if anything is wrong, with what to do.",
+        "Check a store read-only: the backend's integrity (SQLite's integrity check, a "
+        "JSONL store's files read whole; PostgreSQL keeps its own), format version, "
+        "every fork's stored lineage, the leases held (and by whom), orphaned run "
+        "checkpoints. Exit status 1 if anything is wrong, with what to do.",
     )
     _database(check)
-    check.add_argument("--quick", action="store_true", help="skip SQLite's full integrity check")
+    check.add_argument(
+        "--quick", action="store_true", help="skip the integrity check (SQLite, JSONL)"
+    )
     _formats(check)
 
     backup = _add(
         commands,
         "backup",
-        "Copy DB to the new file DEST while writers go on (SQLite's online backup, one "
-        "consistent snapshot), then run `check` on the copy.",
+        "Copy DB to DEST while writers go on, then run `check` on the copy. SQLite to a "
+        "SQLite file: SQLite's online backup, one consistent snapshot. Any other pair (a "
+        "JSONL directory, a PostgreSQL schema, or --dest-kind): an export and import, "
+        "each session from one snapshot of it, forks still sharing their prefix.",
     )
     _database(backup)
-    backup.add_argument("dest", metavar="DEST", help="the new file (must not exist)")
+    backup.add_argument(
+        "dest",
+        metavar="DEST",
+        help="a new path (must not exist), or a postgresql:// URL whose schema holds no "
+        "sessions yet",
+    )
+    backup.add_argument(
+        "--dest-kind",
+        choices=("sqlite", "jsonl"),
+        help="what a DEST path becomes: a SQLite file or a JSONL store directory (default: "
+        "what DB is; a SQLite file for a PostgreSQL DB)",
+    )
     _formats(backup)
 
     stats = _add(
         commands,
         "stats",
-        "Sessions, events, bytes, WAL size, the largest sessions, and the leases of live writers.",
+        "Sessions, events, bytes, WAL size, the largest sessions, the leases of live "
+        "writers, and the statistics that live runtimes publish (open_runtime(..., "
+        "publish_statistics=SECONDS); 'none' when no live runtime publishes).",
     )
     _database(stats)
     stats.add_argument(

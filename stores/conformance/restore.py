@@ -10,6 +10,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from stores import (
+    JSON,
     AppendOp,
     ConflictError,
     GroupOp,
@@ -62,6 +63,8 @@ _BAD_OPS: dict[str, dict[str, Any]] = {
     "parent_negative_seq": {"parent": ("p", -1)},
     "expected_head_none": {"expected_head": None},
     "expected_head_negative": {"expected_head": -1},
+    "share_without_parent": {"share_prefix": True},
+    "share_not_bool": {"share_prefix": 1, "parent": ("p", 0)},
 }
 
 
@@ -158,6 +161,55 @@ class RestoreCases(ConformanceBase):
         with pytest.raises(InvalidArgumentError):
             store.write_batch([AppendOp("t", _prepared(1)), RestoreOp(**fields)])
         assert store.list_sessions() == []
+
+    def test_restore_sharing_a_prefix_is_a_fork_as_recorded(self, store: Store) -> None:
+        """A RestoreOp with share_prefix creates the session as a fork of its parent
+        (reading the parent's first events through it, like Store.fork) with the
+        recorded header and times, its own events after the fork point -- in pieces
+        too; a later truncate of the parent leaves the child's prefix intact."""
+        store.write_batch([_restore("p", _events(4), [1.0, 2.0, 3.0, 4.0], created_at=0.5)])
+        first = _restore(
+            "c",
+            _events(1, tag="own"),
+            [10.0],
+            2,
+            header_json=HEADER,
+            created_at=9.0,
+            updated_at=10.0,
+            parent=("p", 2),
+            share_prefix=True,
+        )
+        assert store.write_batch([first]) == [3]
+        later = _restore("c", _events(1, tag="more"), [11.0], 3, updated_at=11.0)
+        assert store.write_batch([later]) == [4]
+        info = store.stat("c")
+        header: dict[str, JSON] = {"title": "ünï", "forked_from": "p", "fork_seq": 2}
+        assert info == SessionInfo("c", 4, 9.0, 11.0, header, ("p", 2))
+        parent = store.read("p")
+        child = store.read("c")
+        assert [e.ts for e in child] == [1.0, 2.0, 10.0, 11.0]
+        assert [(e.kind, e.data) for e in child[:2]] == [(e.kind, e.data) for e in parent[:2]]
+        store.truncate("p", 0)
+        assert [e.ts for e in store.read("c")] == [1.0, 2.0, 10.0, 11.0]
+
+    def test_restore_sharing_a_prefix_needs_the_parent(self, store: Store) -> None:
+        """share_prefix without the parent, with a parent too short, or with
+        expected_head other than the fork point fails that op alone and creates
+        nothing; on a session that exists it changes nothing."""
+        store.append("p", _events(2))
+        results = store.write_batch(
+            [
+                _restore("a", [], [], 1, parent=("nobody", 1), share_prefix=True),
+                _restore("b", [], [], 3, parent=("p", 3), share_prefix=True),
+                _restore("c", [], [], 0, parent=("p", 2), share_prefix=True),
+                _restore("p", _events(1), [5.0], 2, parent=("x", 1), share_prefix=True),
+            ]
+        )
+        assert not isinstance(results[0], int)
+        assert isinstance(results[1], InvalidArgumentError)
+        assert isinstance(results[2], ConflictError)
+        assert results[3] == 3
+        assert [info.id for info in store.list_sessions()] == ["p"]
 
     def test_restore_is_not_allowed_in_a_group(self, store: Store) -> None:
         """A RestoreOp inside a GroupOp is refused with InvalidArgumentError."""

@@ -8,7 +8,8 @@ command reports through JSON lines on stdout, flushed at once.
 
 * ``write``: open ``--session`` for write, retrying while another host owns it (print
   ``{"waiting": true}`` at the first refusal), print
-  ``{"owner": ..., "at": <time>, "head": ..., "refused": n}``; then append batches of 1 to
+  ``{"owner": ..., "at": <time>, "head": ..., "refused": n}``; with ``--hold``, wait
+  (still owning the session) for a line on stdin; then append batches of 1 to
   5 events (awaited appends, and ``append_nowait`` bursts followed by ``flush``), printing
   ``{"ack": head}`` for each acknowledged head, until ``--count`` events were written
   (forever with 0); then, with ``--end``, append one ``end`` event; print ``{"done": head}``.
@@ -26,6 +27,7 @@ import argparse
 import json
 import random
 import socket
+import sys
 import time
 from typing import Any
 
@@ -62,6 +64,8 @@ async def cmd_write(args: argparse.Namespace) -> None:
             assert isinstance(w, SessionWriter)
             head = await w.head()
             emit(owner=args.host, at=time.time(), head=head, refused=refused)
+            if args.hold:  # the test's go-ahead
+                await trio.to_thread.run_sync(sys.stdin.readline)
             written = 0
             batch = 0
             while args.count == 0 or written < args.count:
@@ -131,6 +135,7 @@ def main() -> None:
     parser.add_argument("--nowait", type=int, default=0)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--end", action="store_true")
+    parser.add_argument("--hold", action="store_true")
     parser.add_argument("--lease-ttl", type=float, default=30.0)
     parser.add_argument("--deadline", type=float, default=60.0)
     parser.add_argument("--poll", type=float, default=600.0)

@@ -64,6 +64,11 @@ class Host:
         line, _, self._buffer = self._buffer.partition(b"\n")
         return dict(json.loads(line))
 
+    async def send(self, line: str) -> None:
+        """Write ``line`` to the host's stdin."""
+        assert self.proc.stdin is not None
+        await self.proc.stdin.send_all(line.encode() + b"\n")
+
     async def until(self, key: str, within: float = 30.0) -> list[dict[str, Any]]:
         """Every message up to and including the first with ``key``."""
         seen: list[dict[str, Any]] = []
@@ -81,7 +86,7 @@ async def host(
     argv = python_child("pg_host_worker.py", command, url, "--host", name, *args)
     with err.open("wb") as stderr:
         proc = await trio.lowlevel.open_process(
-            argv, stdout=subprocess.PIPE, stderr=stderr, env=child_env()
+            argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=stderr, env=child_env()
         )
     try:
         yield Host(proc, name, err)
@@ -90,8 +95,9 @@ async def host(
             if proc.returncode is None:
                 proc.kill()
             await proc.wait()
-            if proc.stdout is not None:
-                await proc.stdout.aclose()
+            for stream in (proc.stdin, proc.stdout):
+                if stream is not None:
+                    await stream.aclose()
 
 
 def stored(url: str, session: str) -> list[Any]:
@@ -106,15 +112,23 @@ async def test_hosts_contend_for_one_session(tmp_path: Path, url: str) -> None:
     """Four hosts want the same session: one owns it at a time, the others are refused
     until it is released; the log is four whole, gapless turns."""
     count = 40
+    args = ("--count", str(count), "--hold")
     async with (
-        host(tmp_path, "write", url, "h0", "--count", str(count), "--seed", "0") as h0,
-        host(tmp_path, "write", url, "h1", "--count", str(count), "--seed", "1") as h1,
-        host(tmp_path, "write", url, "h2", "--count", str(count), "--seed", "2") as h2,
-        host(tmp_path, "write", url, "h3", "--count", str(count), "--seed", "3") as h3,
+        host(tmp_path, "write", url, "h0", *args, "--seed", "0") as h0,
+        host(tmp_path, "write", url, "h1", *args, "--seed", "1") as h1,
+        host(tmp_path, "write", url, "h2", *args, "--seed", "2") as h2,
+        host(tmp_path, "write", url, "h3", *args, "--seed", "3") as h3,
     ):
+        # The first owner holds the session until the other three were refused once.
+        first = {h.name: await h.message(within=60) for h in (h0, h1, h2, h3)}
+        assert sorted("owner" in m for m in first.values()) == [False, False, False, True]
+        assert [m for m in first.values() if "owner" not in m] == [{"waiting": True}] * 3
+        for h in (h0, h1, h2, h3):
+            await h.send("go")
         reports = {}
         for h in (h0, h1, h2, h3):
-            messages = [m for m in await h.until("done", within=120) if "waiting" not in m]
+            messages = [first[h.name], *await h.until("done", within=120)]
+            messages = [m for m in messages if "waiting" not in m]
             reports[h.name] = (messages[0]["head"], messages[-1]["done"], messages[0]["refused"])
     events = stored(url, "s")
     assert [e.seq for e in events] == list(range(1, 4 * count + 1))
@@ -124,7 +138,7 @@ async def test_hosts_contend_for_one_session(tmp_path: Path, url: str) -> None:
     ]
     for name, (start, end, _) in reports.items():
         assert {e.data["tag"] for e in events[start:end]} == {name}
-    assert sum(refused for _, _, refused in turns) > 0  # they did contend
+    assert sum(refused > 0 for _, _, refused in turns) == 3  # each later owner waited
 
 
 async def test_killed_owner_taken_over_at_once_and_tail_sees_every_event_once(

@@ -3,15 +3,21 @@ databases, and looking at a database's whole state."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import apsw
 
-from runtime import JSON, NewEvent, SqliteStore
+from runtime import JSON, NewEvent, SessionInfo, SqliteStore, StoredEvent
 from stores import AppendOp, prepare_events
+from stores.urls import open_store
+
+#: Every session of a store as its API shows it: info and events.
+Contents = dict[str, tuple[SessionInfo, tuple[StoredEvent, ...]]]
 
 TIMEOUT = 60  # seconds, for any one subprocess
 
@@ -156,3 +162,29 @@ def tidelog_unprivileged(*args: str) -> tuple[int, str]:
         output = got.read()
     _, status = os.waitpid(pid, 0)
     return os.waitstatus_to_exitcode(status), output
+
+
+@contextlib.contextmanager
+def new_address(kind: str, tmp_path: Path, name: str = "store") -> Iterator[str]:
+    """The address of a new store of ``kind``: a file path, a new JSONL directory, or a
+    URL naming a PostgreSQL schema of this test's own (dropped afterwards)."""
+    if kind == "postgres":
+        from pgtest import fresh_schema, url_of
+
+        with fresh_schema() as (dsn, schema):
+            yield url_of(dsn, schema)
+    elif kind == "jsonl":
+        directory = tmp_path / f"{name}.d"
+        directory.mkdir()
+        yield str(directory)
+    else:
+        yield str(tmp_path / f"{name}.db")
+
+
+def contents(address: str) -> Contents:
+    """Every session of the store, as its API shows it: info and events."""
+    store = open_store(address, read_only=True)
+    try:
+        return {info.id: (info, tuple(store.read(info.id))) for info in store.list_sessions()}
+    finally:
+        store.close()

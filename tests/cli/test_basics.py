@@ -70,7 +70,7 @@ def test_missing_file_is_reported_and_not_created(tmp_path: Path, args: list[str
     db = tmp_path / "missing.db"
     proc = tidelog(args[0], str(db), *args[1:], cwd=tmp_path)
     assert proc.returncode == 2
-    assert proc.stderr.strip() == f"tidelog: no such database file: {db}"
+    assert proc.stderr.strip() == f"tidelog: no such database file or store directory: {db}"
     assert files(tmp_path) == []
 
 

@@ -51,14 +51,15 @@ def _peak_kib(db: Path, *args: str) -> tuple[int, str]:
     return int(last.split()[1]), proc.stdout
 
 
-def _damaged_copy(db: Path, directory: Path, seq: int) -> Path:
-    """A copy of ``db`` whose event ``seq`` of session ``big`` holds text that is not
-    JSON: a command that decodes that event fails, one that never reads it does not."""
-    copy = directory / f"damaged-{seq}.db"
-    copy.write_bytes(db.read_bytes())
+@pytest.fixture(scope="module")
+def damaged(dbs: tuple[Path, Path], tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A copy of the 100k-event file whose event 50,000 holds text that is not JSON: a
+    command that decodes that event fails, one that never reads it does not."""
+    copy = tmp_path_factory.mktemp("damaged") / "damaged.db"
+    copy.write_bytes(dbs[0].read_bytes())
     conn = apsw.Connection(str(copy))
     try:
-        conn.execute("UPDATE events SET data='{not json' WHERE seq=?", (seq,))
+        conn.execute("UPDATE events SET data='{not json' WHERE seq=?", (BIG // 2,))
     finally:
         conn.close()
     return copy
@@ -66,14 +67,13 @@ def _damaged_copy(db: Path, directory: Path, seq: int) -> Path:
 
 @pytest.mark.slow
 def test_first_lines_come_before_the_session_is_read(
-    dbs: tuple[Path, Path], tmp_path: Path
+    dbs: tuple[Path, Path], damaged: Path, tmp_path: Path
 ) -> None:
     """`show` of 100k events streams: with event 50,000 damaged, it prints the events
     before it (all but those of the page that holds it) and only then fails (loading the
     session first, it printed nothing); a reader that goes away after 3 lines (`| head
     -3`) ends it at once with exit status 0 and no traceback. (Prints the time to the
     first line.)"""
-    damaged = _damaged_copy(dbs[0], tmp_path, BIG // 2)
     proc = tidelog("show", str(damaged), "big", "--jsonl", cwd=tmp_path)
     assert proc.returncode == 2
     assert "corrupt" in proc.stderr
@@ -127,10 +127,9 @@ def test_memory_stays_flat_in_the_session_length(
 
 
 @pytest.mark.slow
-def test_tail_of_a_long_session_reads_only_its_end(dbs: tuple[Path, Path], tmp_path: Path) -> None:
+def test_tail_of_a_long_session_reads_only_its_end(damaged: Path, tmp_path: Path) -> None:
     """`tail` of a 100k-event session prints its last 10 events without reading the
     others: with event 50,000 damaged, `tail` still succeeds where `tail -n all` fails."""
-    damaged = _damaged_copy(dbs[0], tmp_path, BIG // 2)
     proc = tidelog("tail", str(damaged), "big", "--jsonl", cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
     assert [json.loads(x)["seq"] for x in proc.stdout.splitlines()] == list(range(BIG - 9, BIG + 1))

@@ -58,32 +58,35 @@ MEASURED = ("W1", "W1b", "W2", "W3", "W4", "W5", "W6", "W8", "W10")
 STATUSES = {"met", "MISSED", "reference", "baseline", "alternative", "-", "no data"}
 
 
-@pytest.mark.slow
-def test_bench_runs_at_tiny_scale(tmp_path: Path) -> None:
-    """Every workload runs at scale 0.02; the table is printed and the JSON and Markdown
-    results hold the expected rows (no speed asserted)."""
-    out = tmp_path / "results"
+def run_bench(out: Path, *options: str) -> subprocess.CompletedProcess[str]:
+    """``python -m bench`` at scale 0.02, one round, results in ``out``."""
+    command = [sys.executable, "-W", "error", "-m", "bench", "--scale", "0.02"]
+    command += ["--rounds", "1", "--out", str(out), *options]
     proc = subprocess.run(
-        [
-            sys.executable,
-            "-W",
-            "error",
-            "-m",
-            "bench",
-            "--scale",
-            "0.02",
-            "--rounds",
-            "1",
-            "--out",
-            str(out),
-        ],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
+        command, cwd=ROOT, capture_output=True, text=True, timeout=300, check=False
     )
     assert proc.returncode == 0, proc.stdout + proc.stderr
+    return proc
+
+
+def test_bench_cases_run_in_child_processes(tmp_path: Path) -> None:
+    """The default mode (a child process per case) measures and reports a workload."""
+    out = tmp_path / "results"
+    proc = run_bench(out, "--only", "W1b")
+    [json_file] = out.glob("results-*.json")
+    rows = json.loads(json_file.read_text())["rows"]
+    assert {r["case"] for r in rows} >= {"W1b/raw-full-100", "W1b/tidelog-full"}
+    assert all(r["value"] is not None and r["value"] > 0 for r in rows), rows
+    assert proc.stdout.count("\n| W1b") == len(rows)
+
+
+@pytest.mark.slow
+def test_bench_runs_at_tiny_scale(tmp_path: Path) -> None:
+    """Every workload runs at scale 0.02 (in one process: the child-process mode is the
+    test above); the table is printed and the JSON and Markdown results hold the
+    expected rows (no speed asserted)."""
+    out = tmp_path / "results"
+    proc = run_bench(out, "--in-process")
     assert "| Workload | System | Value | Unit | Reference | Ratio | Target | Status |" in (
         proc.stdout
     )

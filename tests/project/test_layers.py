@@ -131,6 +131,7 @@ RUNTIME_NAMES = {
     "NewEvent",
     "OwnershipLostError",
     "Projection",
+    "PublishedStatistics",
     "ReadOnlyError",
     "Runtime",
     "RuntimeStatistics",
@@ -142,6 +143,7 @@ RUNTIME_NAMES = {
     "SessionWriter",
     "Snapshot",
     "SnapshotExpiredError",
+    "STATISTICS_PREFIX",
     "SqliteStore",
     "StatsProjection",
     "Store",
@@ -157,6 +159,7 @@ RUNTIME_NAMES = {
     "Watch",
     "WriterStatistics",
     "open_runtime",
+    "published_statistics",
 }
 
 

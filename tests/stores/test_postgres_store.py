@@ -24,6 +24,7 @@ from stores import (
     InvalidArgumentError,
     InvalidEventError,
     NewEvent,
+    OwnershipLostError,
     PreparedEvent,
     StoreBusyError,
     StoreError,
@@ -236,6 +237,63 @@ def test_migration_upgrades_an_older_store(
     assert pg_raw.execute("SELECT version FROM tidelog_format").fetchone() == (current + 1,)
     with pytest.raises(UnsupportedFormatError):
         pg_open()
+
+
+def test_version_1_store_gains_the_owner_on_the_session_row(
+    pg_open: Opener, pg_raw: psycopg.Connection[Any], pg_where: tuple[str, str]
+) -> None:
+    """A version-1 store (as the code before the session-row fence wrote it) migrates in
+    one step: its data stays, each lease's owner is copied to its session row, and the
+    append path fences with it from then on."""
+    schema = pg_where[1]
+    pg_raw.execute(f"CREATE SCHEMA {schema}")
+    pg_schema.MIGRATIONS[0](pg_raw, schema)
+    pg_raw.execute(
+        "CREATE TABLE tidelog_format(singleton boolean PRIMARY KEY DEFAULT true"
+        " CHECK (singleton), application text NOT NULL, version integer NOT NULL);"
+        " INSERT INTO tidelog_format VALUES (true, 'tidelog', 1);"
+        " INSERT INTO sessions(id, head, created_at, updated_at) VALUES ('a', 1, 0, 0),"
+        " ('b', 0, 0, 0);"
+        " INSERT INTO events(sid, seq, ts, kind, data) SELECT sid, 1, 0, 'k', '{}'"
+        " FROM sessions WHERE id = 'a';"
+        " INSERT INTO leases(id, owner, holder, expires) VALUES ('a', 'tok', 'h', 1e12)"
+    )
+    store = pg_open()
+    assert pg_raw.execute("SELECT version FROM tidelog_format").fetchone() == (2,)
+    owners = pg_raw.execute("SELECT id, owner FROM sessions ORDER BY id").fetchall()
+    assert owners == [("a", "tok"), ("b", None)]
+    assert [e.seq for e in store.read("a")] == [1]
+    results = store.write_batch([op("a", 1, expected_head=1, owner="tok"), op("b", 1)])
+    assert results == [2, 1]
+    lost = store.write_batch([op("a", 1, expected_head=2, owner="other")])
+    assert isinstance(lost[0], OwnershipLostError)
+    assert store.head("a") == 2
+
+
+def test_session_row_owner_follows_every_lease_change(
+    pg_open: Opener, pg_raw: psycopg.Connection[Any]
+) -> None:
+    """The session row's copy of the owner follows acquire, takeover, release, a lease
+    taken before the session exists, and the session's deletion and re-creation."""
+    store = pg_open()
+
+    def owner(session_id: str) -> object:
+        row = pg_raw.execute("SELECT owner FROM sessions WHERE id = %s", (session_id,)).fetchone()
+        return None if row is None else row[0]
+
+    store.acquire_lease("s", "t1", ttl=60, holder="h1")
+    assert store.write_batch([op("s", 1, expected_head=0, owner="t1")]) == [1]
+    assert owner("s") == "t1"
+    store.release_lease("s", "t1")
+    assert owner("s") is None
+    store.acquire_lease("s", "t2", ttl=60, holder="h2")
+    assert owner("s") == "t2"
+    stale = store.write_batch([op("s", 1, expected_head=1, owner="t1")])
+    assert isinstance(stale[0], OwnershipLostError)
+    assert store.delete("s")
+    store.acquire_lease("s", "t3", ttl=60, holder="h3")
+    assert store.write_batch([op("s", 2, expected_head=0, owner="t3")]) == [2]
+    assert owner("s") == "t3"
 
 
 def _bad_sql(conn: psycopg.Connection[Any], schema: str) -> None:
