@@ -24,10 +24,11 @@ the batch's commit mark. How the lines are written is the format generation's bu
 every checksum matching. What follows it is either
 
 * a **torn tail** -- an unfinished batch (a crash or a concurrent write in progress): no
-  whole batch follows the first bad byte. It is never served, and the next writer
-  truncates it (durably) before writing; or
-* **corruption** -- a damaged or missing record *followed* by a later whole batch: a
-  batch that was committed cannot be read. Reading past it raises
+  later commit line (whole, checksum matching; for a compressed file, no whole frame)
+  follows the first bad byte. It is never served, and the next writer truncates it
+  (durably) before writing; or
+* **corruption** -- a damaged or missing record *followed* by a later commit line (whole
+  frame): a batch that was committed cannot be read. Reading past it raises
   :class:`~stores.errors.StoreCorruptError` naming the file and the byte offset.
 
 (The last batch of a file cannot be told from a torn write if it is damaged: it is taken
