@@ -218,11 +218,33 @@ class SessionActor:
 
         Raises: the refusals of :meth:`append_nowait`; then as :meth:`wait_write`.
         """
-        write = self.append_nowait(events, expected_head, urgent=True)
-        if write is None:
+        self.check_writable()
+        if expected_head is not None and expected_head != self.accepted_head:
+            raise ConflictError(self.session_id, expected_head, self.accepted_head)
+        if not events:
             await trio.lowlevel.checkpoint()
             return self.accepted_head
-        if self.writer.running:
+        write = self._accept("append", tuple(events))
+        writer = self.writer
+        if writer.try_lead():
+            # A non-blocking store and an idle writer: this task makes the batch itself.
+            writer.submit(self, urgent=True)  # marks it dirty only: this task leads
+            write.watchers += 1
+            try:
+                await writer.lead()
+            except trio.Cancelled:
+                if not self.withdraw(write):  # a flush's batch took it meanwhile
+                    with trio.CancelScope(shield=True), contextlib.suppress(TidelogError):
+                        await self.wait_write(write, 0, withdraw=False, one_attempt=True)
+                raise
+            finally:
+                write.watchers -= 1
+            if write.done:
+                return write.last
+            await self.wait_write(write, 0)
+            return write.last
+        writer.submit(self, urgent=True)
+        if writer.running:
             # The usual case, without the general wait loop: park once; the batch that
             # commits the write wakes this task (only a failure leaves it not done).
             task = trio.lowlevel.current_task()

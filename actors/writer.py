@@ -11,6 +11,13 @@ such batch fsyncs every commit before it, so concurrent flushes share one barrie
 
 A batch that has started in the thread is never abandoned; the writer task is only cancelled
 at runtime shutdown, after the actors were drained.
+
+A non-blocking store (memory) needs no thread hop, so waking the writer task for an awaited
+append would only cost a second trip through the scheduler. There the first caller that
+finds the writer idle *leads* the batch (:meth:`GroupCommitWriter.try_lead`): it yields
+once, so that the appends of every task that runs in the same scheduler round join its
+batch, then commits that batch in its own task. The writer task only takes what arrives
+while a batch is already being made, the ``append_nowait`` writes, flushes and retries.
 """
 
 from __future__ import annotations
@@ -90,6 +97,15 @@ class GroupCommitWriter:
         #: A store that fsyncs every commit (SQLite ``synchronous="full"``).
         self._every_commit_syncs = getattr(lane.store, "synchronous", None) == "full"
         self._next_batch = 1
+        #: A caller leads the next batch (see :meth:`try_lead`): submissions only mark
+        #: their actor dirty; ``_lead_urgent`` remembers whether one was urgent.
+        self._leading = False
+        self._lead_urgent = False
+        #: A batch is being made (taken, written, its results delivered).
+        self._busy = False
+        #: What a leading caller's batch raised that is no :class:`TidelogError` (a bug
+        #: in the store): the writer task dies of it, as if it had made the call.
+        self._crash: BaseException | None = None
         #: The number of the last sync batch that succeeded.
         self.synced_through: AsyncValue[int] = AsyncValue(0)
         self.sync_failed: tuple[int, TidelogError] | None = None
@@ -104,9 +120,58 @@ class GroupCommitWriter:
     def submit(self, actor: SessionActor, *, urgent: bool) -> None:
         """Mark ``actor`` as having queued writes."""
         self._dirty[actor] = None
+        if self._leading:  # the leading caller takes it (or hands it over, see lead_done)
+            self._lead_urgent = self._lead_urgent or urgent
+            return
         self._wake.set()
         if urgent:
             self._urgent.set()
+
+    def try_lead(self) -> bool:
+        """True if the calling task is to make the next batch itself (then it must call
+        :meth:`lead` once): the store is non-blocking, and the writer is running and
+        idle -- nothing queued, no batch being made, no caller leading, no flush asked
+        for, its task not woken."""
+        if (
+            self._inline
+            and self.running
+            and not (self._dirty or self._leading or self._busy or self._sync_requested)
+            and not self._wake.is_set()
+        ):
+            self._leading = True
+            self._lead_urgent = False
+            return True
+        return False
+
+    async def lead(self) -> None:
+        """The leading caller's part (after :meth:`try_lead`; its write is queued): yield
+        once, so the writes of the other tasks of this scheduler round join the batch,
+        then make the batch here, unless the writer task is making one (then it takes
+        them). Writes left queued afterwards go to the writer task. A checkpoint: a
+        cancel at the yield leaves every queued write to the writer task and raises;
+        the batch itself is not cancelled (as one in the writer task)."""
+        try:
+            await trio.lowlevel.checkpoint()
+        except BaseException:
+            self._lead_done()
+            raise
+        self._leading = False
+        if self.running and not self._busy:
+            try:
+                await self._commit_once()
+            except Exception as exc:  # a bug in the store: the writer dies of it
+                self._crash = exc
+                self._wake.set()
+                self._urgent.set()
+        self._lead_done()
+
+    def _lead_done(self) -> None:
+        """Leading ended: hand what is still queued over to the writer task."""
+        self._leading = False
+        if self._dirty:
+            self._wake.set()
+            if self._lead_urgent:
+                self._urgent.set()
 
     def request_sync(self) -> int:
         """Ask for a durability barrier; return the number of the batch that will carry
@@ -189,6 +254,10 @@ class GroupCommitWriter:
                 if self.batch_window > 0 and not self._urgent.is_set():
                     with trio.move_on_after(self.batch_window):
                         await self._urgent.wait()
+                while self._busy:  # a leading caller delivers its batch's results
+                    await self._finished.wait_transition()
+                if self._crash is not None:
+                    raise self._crash
                 self._wake = trio.Event()
                 self._urgent = trio.Event()
                 await self._commit_once()
@@ -200,6 +269,13 @@ class GroupCommitWriter:
 
     async def _commit_once(self) -> None:
         """Take one op per ready actor, commit them in one batch, deliver the results."""
+        self._busy = True
+        try:
+            await self._make_batch()
+        finally:
+            self._busy = False
+
+    async def _make_batch(self) -> None:
         now = trio.current_time()
         targets: list[SessionActor | list[SessionActor]] = []  # a list: a group's members
         ops: list[WriteOp] = []
