@@ -499,13 +499,14 @@ class SessionActor:
             retry=retry,
         )
 
-    def commit_done(self, result: BatchResult, now: float) -> bool:
+    def commit_done(self, result: BatchResult) -> bool:
         """Apply one op's result. Returns True if the session's committed data changed."""
         count = self._in_flight
         self._in_flight = 0
         if isinstance(result, TidelogError):
             if isinstance(result, StoreError):
-                self.commit_failed(result, now)  # transient: retried with backoff
+                # transient: retried with backoff
+                self.commit_failed(result, trio.current_time())
             elif isinstance(result, InvalidArgumentError):
                 self._refuse_from_front(result)  # this write can never land; others can
             else:

@@ -85,8 +85,8 @@ class GroupCommitWriter:
         self._watched: set[SessionActor] = set()
         self._wake = trio.Event()
         self._urgent = trio.Event()
-        #: Batches finished (committed or failed): waiters on "the next batch" watch it.
-        self._finished: AsyncValue[int] = AsyncValue(0)
+        #: Tasks waiting for the next batch to finish (committed or failed).
+        self._progress = trio.lowlevel.ParkingLot()
         self._sync_requested = False
         self._unsynced = False
         self.running = False
@@ -199,7 +199,8 @@ class GroupCommitWriter:
     def notify_progress(self) -> None:
         """Wake everyone waiting in :meth:`wait_progress` (something they wait for changed
         outside a batch, e.g. an actor died)."""
-        self._finished.value += 1
+        if self._progress:
+            self._progress.unpark_all()
 
     def stopped_error(self) -> TidelogError:
         """What a call that needs the stopped writer raises: :class:`~stores.ClosedError`
@@ -216,7 +217,7 @@ class GroupCommitWriter:
         is not running (it would never finish another batch)."""
         if not self.running:
             raise self.stopped_error()
-        await self._finished.wait_transition()
+        await self._progress.park()
 
     async def wait_synced(self, number: int) -> None:
         """Wait until sync batch ``number`` (or a later one) succeeded; raise its error."""
@@ -255,7 +256,7 @@ class GroupCommitWriter:
                     with trio.move_on_after(self.batch_window):
                         await self._urgent.wait()
                 while self._busy:  # a leading caller delivers its batch's results
-                    await self._finished.wait_transition()
+                    await self._progress.park()
                 if self._crash is not None:
                     raise self._crash
                 self._wake = trio.Event()
@@ -274,9 +275,10 @@ class GroupCommitWriter:
             await self._make_batch()
         finally:
             self._busy = False
+            self.notify_progress()
 
     async def _make_batch(self) -> None:
-        now = trio.current_time()
+        now: float | None = None  # read only if an actor backs off or a group waits
         targets: list[SessionActor | list[SessionActor]] = []  # a list: a group's members
         ops: list[WriteOp] = []
         events = 0
@@ -291,10 +293,17 @@ class GroupCommitWriter:
             if front is None:
                 del dirty[actor]
                 continue
-            if actor.in_flight or now < actor.retry_at:
+            if actor.in_flight:
                 continue  # not ready (see SessionActor.ready)
+            if actor.retry_at:
+                if now is None:
+                    now = trio.current_time()
+                if now < actor.retry_at:
+                    continue  # backing off
             unit = front.group
             if unit is not None:
+                if now is None:
+                    now = trio.current_time()
                 if not unit.ready(now):
                     continue  # a member still has earlier writes to commit
                 members = [member for member, _ in unit.members]
@@ -336,31 +345,29 @@ class GroupCommitWriter:
             if sync:
                 self.sync_failed = (number, exc)
         else:
-            now = trio.current_time()
             changed: set[str] = set()
             count = len(targets)
             if len(results) != count:
                 raise RuntimeError(f"the store returned {len(results)} results for {count} ops")
-            for start in range(0, count, DELIVERY_SLICE):
-                if start:
+            for index in range(count):
+                if index and not index % DELIVERY_SLICE:
                     # Let the waiters woken so far run before waking more: a big batch
                     # never holds the event loop for all of its waiters' work at once.
                     await trio.lowlevel.cancel_shielded_checkpoint()
-                for index in range(start, min(start + DELIVERY_SLICE, count)):
-                    target, result = targets[index], results[index]
-                    if isinstance(target, SessionActor):  # one actor's op
-                        target.last_batch = number
-                        if target.commit_done(result, now):
-                            changed.add(target.session_id)
-                        if target.pending:
-                            self.submit(target, urgent=True)
-                        continue
-                    for actor in target:  # a group's members
-                        actor.last_batch = number
-                        if actor.commit_done(result, now):
-                            changed.add(actor.session_id)
-                        if actor.pending:
-                            self.submit(actor, urgent=True)
+                target, result = targets[index], results[index]
+                if isinstance(target, SessionActor):  # one actor's op
+                    target.last_batch = number
+                    if target.commit_done(result):
+                        changed.add(target.session_id)
+                    if target.pending:
+                        self.submit(target, urgent=True)
+                    continue
+                for actor in target:  # a group's members
+                    actor.last_batch = number
+                    if actor.commit_done(result):
+                        changed.add(actor.session_id)
+                    if actor.pending:
+                        self.submit(actor, urgent=True)
             if count > DELIVERY_SLICE:
                 # ...and once more, so that the last slice has queued its next writes
                 # before the next batch is taken (run() yields again before taking it).
@@ -376,5 +383,3 @@ class GroupCommitWriter:
                 self._unsynced = True
             if changed:
                 self._on_commit(changed)
-        finally:
-            self.notify_progress()
