@@ -224,7 +224,11 @@ class SessionActor:
         if not events:
             await trio.lowlevel.checkpoint()
             return self.accepted_head
-        write = self._accept("append", tuple(events))
+        # _accept("append", events), inline: every awaited append comes here.
+        prev = self.accepted_head
+        write = PendingWrite("append", prev, prev + 1, prev + len(events), tuple(events))
+        self.accepted_head = write.last
+        self._pending.append(write)
         writer = self.writer
         if writer.try_lead():
             # A non-blocking store and an idle writer: this task makes the batch itself.
@@ -444,6 +448,16 @@ class SessionActor:
     def in_flight(self) -> bool:
         return self._in_flight > 0
 
+    def take_appends(self) -> AppendOp | None:
+        """:meth:`take_op` if the front of the queue is a plain append ready to go (not
+        in flight, not backing off), else None and nothing taken."""
+        pending = self._pending
+        if not pending or self._in_flight or self.retry_at or pending[0].kind != "append":
+            return None
+        op = self.take_op()
+        assert type(op) is AppendOp
+        return op
+
     def take_op(self) -> WriteOp | None:
         """Build this actor's op for the next batch from the front of its queue."""
         pending = self._pending
@@ -521,7 +535,9 @@ class SessionActor:
             last.done = True
             last.result = result
         kind = front.kind
-        if kind == "delete":
+        if kind == "append":  # the usual case: head_after, without the property call
+            self.committed_head = last.last
+        elif kind == "delete":
             self.committed_head = 0
             self.die(SessionNotFoundError(self.session_id))
         else:

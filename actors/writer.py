@@ -85,8 +85,10 @@ class GroupCommitWriter:
         self._watched: set[SessionActor] = set()
         self._wake = trio.Event()
         self._urgent = trio.Event()
-        #: Tasks waiting for the next batch to finish (committed or failed).
+        #: Tasks waiting for the next batch to finish (committed or failed), and how
+        #: many they are (an int is cheaper to test than the lot, every batch).
         self._progress = trio.lowlevel.ParkingLot()
+        self._progress_waiters = 0
         self._sync_requested = False
         self._unsynced = False
         self.running = False
@@ -158,7 +160,8 @@ class GroupCommitWriter:
         self._leading = False
         if self.running and not self._busy:
             try:
-                await self._commit_once()
+                if len(self._dirty) != 1 or self._sync_requested or not self._commit_alone():
+                    await self._commit_once()
             except Exception as exc:  # a bug in the store: the writer dies of it
                 self._crash = exc
                 self._wake.set()
@@ -199,7 +202,7 @@ class GroupCommitWriter:
     def notify_progress(self) -> None:
         """Wake everyone waiting in :meth:`wait_progress` (something they wait for changed
         outside a batch, e.g. an actor died)."""
-        if self._progress:
+        if self._progress_waiters:
             self._progress.unpark_all()
 
     def stopped_error(self) -> TidelogError:
@@ -217,7 +220,14 @@ class GroupCommitWriter:
         is not running (it would never finish another batch)."""
         if not self.running:
             raise self.stopped_error()
-        await self._progress.park()
+        await self._park_progress()
+
+    async def _park_progress(self) -> None:
+        self._progress_waiters += 1
+        try:
+            await self._progress.park()
+        finally:
+            self._progress_waiters -= 1
 
     async def wait_synced(self, number: int) -> None:
         """Wait until sync batch ``number`` (or a later one) succeeded; raise its error."""
@@ -256,7 +266,7 @@ class GroupCommitWriter:
                     with trio.move_on_after(self.batch_window):
                         await self._urgent.wait()
                 while self._busy:  # a leading caller delivers its batch's results
-                    await self._progress.park()
+                    await self._park_progress()
                 if self._crash is not None:
                     raise self._crash
                 self._wake = trio.Event()
@@ -268,118 +278,154 @@ class GroupCommitWriter:
             for actor in list(self._watched):
                 actor.wake_waiters()
 
-    async def _commit_once(self) -> None:
-        """Take one op per ready actor, commit them in one batch, deliver the results."""
+    def _commit_alone(self) -> bool:
+        """:meth:`_commit_once` for a leading caller whose batch is one actor's plain
+        appends (the usual case: nothing else queued in its round), without the loops
+        over many actors and groups, and no await. False (nothing done) if the batch
+        is anything else."""
+        [actor] = self._dirty
+        op = actor.take_appends()
+        if op is None:
+            return False
+        del self._dirty[actor]
+        number = self._next_batch
+        self._next_batch += 1
         self._busy = True
         try:
-            await self._make_batch()
+            self.lane.calls += 1
+            try:
+                results = self.lane.store.write_batch([op])
+            except TidelogError as exc:
+                self._failed += 1
+                actor.commit_failed(exc, trio.current_time())
+                return True
+            if len(results) != 1:
+                raise RuntimeError(f"the store returned {len(results)} results for 1 ops")
+            actor.last_batch = number
+            changed = actor.commit_done(results[0])
+            if actor.pending:
+                self.submit(actor, urgent=True)
+            self._batches += 1
+            self._events += len(op.events)
+            if self._every_commit_syncs:
+                self._fsyncs += 1
+            self._unsynced = True
+            if changed:
+                self._on_commit({actor.session_id})
+            return True
         finally:
             self._busy = False
             self.notify_progress()
 
-    async def _make_batch(self) -> None:
-        now: float | None = None  # read only if an actor backs off or a group waits
-        targets: list[SessionActor | list[SessionActor]] = []  # a list: a group's members
-        ops: list[WriteOp] = []
-        events = 0
-        dirty = self._dirty
-        for actor in list(dirty):
-            if len(ops) >= self.max_ops:
-                self._wake.set()
-                break
-            if actor not in dirty:
-                continue  # taken as a member of a group already
-            front = actor.front
-            if front is None:
-                del dirty[actor]
-                continue
-            if actor.in_flight:
-                continue  # not ready (see SessionActor.ready)
-            if actor.retry_at:
-                if now is None:
-                    now = trio.current_time()
-                if now < actor.retry_at:
-                    continue  # backing off
-            unit = front.group
-            if unit is not None:
-                if now is None:
-                    now = trio.current_time()
-                if not unit.ready(now):
-                    continue  # a member still has earlier writes to commit
-                members = [member for member, _ in unit.members]
-                parts = [member.take_op() for member in members]
-                group = GroupOp(tuple(p for p in parts if isinstance(p, AppendOp)))
-                ops.append(group)
-                targets.append(members)
-                events += _event_count(group)
-                for member in members:
-                    dirty.pop(member, None)
-                continue
-            op = actor.take_op()
-            if op is not None:
-                del dirty[actor]
-                targets.append(actor)
-                ops.append(op)
-                events += len(op.events) if type(op) is AppendOp else _event_count(op)
-        sync = self._sync_requested
-        if not ops and not sync:
-            return
-        number = self._next_batch
-        self._next_batch += 1
-        self._sync_requested = False
+    async def _commit_once(self) -> None:
+        """Take one op per ready actor, commit them in one batch, deliver the results."""
+        self._busy = True
         try:
-            if self._inline:
-                # A non-blocking store (memory) is called right here: no hop, and no
-                # extra trip through the scheduler (the loop yields at its next wait).
-                self.lane.calls += 1
-                results = self.lane.store.write_batch(ops, sync=sync)
-            else:
-                write_batch = functools.partial(self.lane.store.write_batch, sync=sync)
-                results = await self.lane.run(write_batch, ops)
-        except TidelogError as exc:
-            self._failed += 1
-            now = trio.current_time()
-            for target in targets:
-                for actor in target if isinstance(target, list) else (target,):
-                    actor.commit_failed(exc, now)
-            if sync:
-                self.sync_failed = (number, exc)
-        else:
-            changed: set[str] = set()
-            count = len(targets)
-            if len(results) != count:
-                raise RuntimeError(f"the store returned {len(results)} results for {count} ops")
-            for index in range(count):
-                if index and not index % DELIVERY_SLICE:
-                    # Let the waiters woken so far run before waking more: a big batch
-                    # never holds the event loop for all of its waiters' work at once.
-                    await trio.lowlevel.cancel_shielded_checkpoint()
-                target, result = targets[index], results[index]
-                if isinstance(target, SessionActor):  # one actor's op
-                    target.last_batch = number
-                    if target.commit_done(result):
-                        changed.add(target.session_id)
-                    if target.pending:
-                        self.submit(target, urgent=True)
+            now: float | None = None  # read only if an actor backs off or a group waits
+            targets: list[SessionActor | list[SessionActor]] = []  # a list: a group's members
+            ops: list[WriteOp] = []
+            events = 0
+            dirty = self._dirty
+            for actor in list(dirty):
+                if len(ops) >= self.max_ops:
+                    self._wake.set()
+                    break
+                if actor not in dirty:
+                    continue  # taken as a member of a group already
+                front = actor.front
+                if front is None:
+                    del dirty[actor]
                     continue
-                for actor in target:  # a group's members
-                    actor.last_batch = number
-                    if actor.commit_done(result):
-                        changed.add(actor.session_id)
-                    if actor.pending:
-                        self.submit(actor, urgent=True)
-            if count > DELIVERY_SLICE:
-                # ...and once more, so that the last slice has queued its next writes
-                # before the next batch is taken (run() yields again before taking it).
-                await trio.lowlevel.cancel_shielded_checkpoint()
-            self._batches += 1
-            self._events += events
-            if sync or self._every_commit_syncs:
-                self._fsyncs += 1 if ops or sync else 0
-            if sync:
-                self.synced_through.value = number
-                self._unsynced = False
-            elif ops:
-                self._unsynced = True
-            if changed:
-                self._on_commit(changed)
+                if actor.in_flight:
+                    continue  # not ready (see SessionActor.ready)
+                if actor.retry_at:
+                    if now is None:
+                        now = trio.current_time()
+                    if now < actor.retry_at:
+                        continue  # backing off
+                unit = front.group
+                if unit is not None:
+                    if now is None:
+                        now = trio.current_time()
+                    if not unit.ready(now):
+                        continue  # a member still has earlier writes to commit
+                    members = [member for member, _ in unit.members]
+                    parts = [member.take_op() for member in members]
+                    group = GroupOp(tuple(p for p in parts if isinstance(p, AppendOp)))
+                    ops.append(group)
+                    targets.append(members)
+                    events += _event_count(group)
+                    for member in members:
+                        dirty.pop(member, None)
+                    continue
+                op = actor.take_op()
+                if op is not None:
+                    del dirty[actor]
+                    targets.append(actor)
+                    ops.append(op)
+                    events += len(op.events) if type(op) is AppendOp else _event_count(op)
+            sync = self._sync_requested
+            if not ops and not sync:
+                return
+            number = self._next_batch
+            self._next_batch += 1
+            self._sync_requested = False
+            try:
+                if self._inline:
+                    # A non-blocking store (memory) is called right here: no hop, and no
+                    # extra trip through the scheduler (the loop yields at its next wait).
+                    self.lane.calls += 1
+                    results = self.lane.store.write_batch(ops, sync=sync)
+                else:
+                    write_batch = functools.partial(self.lane.store.write_batch, sync=sync)
+                    results = await self.lane.run(write_batch, ops)
+            except TidelogError as exc:
+                self._failed += 1
+                now = trio.current_time()
+                for target in targets:
+                    for actor in target if isinstance(target, list) else (target,):
+                        actor.commit_failed(exc, now)
+                if sync:
+                    self.sync_failed = (number, exc)
+            else:
+                changed: set[str] = set()
+                count = len(targets)
+                if len(results) != count:
+                    raise RuntimeError(f"the store returned {len(results)} results for {count} ops")
+                for index in range(count):
+                    if index and not index % DELIVERY_SLICE:
+                        # Let the waiters woken so far run before waking more: a big batch
+                        # never holds the event loop for all of its waiters' work at once.
+                        await trio.lowlevel.cancel_shielded_checkpoint()
+                    target, result = targets[index], results[index]
+                    if isinstance(target, SessionActor):  # one actor's op
+                        target.last_batch = number
+                        if target.commit_done(result):
+                            changed.add(target.session_id)
+                        if target.pending:
+                            self.submit(target, urgent=True)
+                        continue
+                    for actor in target:  # a group's members
+                        actor.last_batch = number
+                        if actor.commit_done(result):
+                            changed.add(actor.session_id)
+                        if actor.pending:
+                            self.submit(actor, urgent=True)
+                if count > DELIVERY_SLICE:
+                    # ...and once more, so that the last slice has queued its next writes
+                    # before the next batch is taken (run() yields again before taking it).
+                    await trio.lowlevel.cancel_shielded_checkpoint()
+                self._batches += 1
+                self._events += events
+                if sync or self._every_commit_syncs:
+                    self._fsyncs += 1 if ops or sync else 0
+                if sync:
+                    self.synced_through.value = number
+                    self._unsynced = False
+                elif ops:
+                    self._unsynced = True
+                if changed:
+                    self._on_commit(changed)
+        finally:
+            self._busy = False
+            self.notify_progress()
