@@ -237,9 +237,14 @@ class MemoryStore(MemoryLeases, BatchingStore):
                 raise OwnershipLostError(session_id)
 
     def _apply(self, state: _State, op: AppendOp, now: float) -> int:
-        session = state.sessions.get(op.session_id)
+        session_id = op.session_id
+        session = state.sessions.get(session_id)
         head = len(session.rows) if session is not None else 0
-        self._check_owner(state, op.session_id, op.owner)
+        owner = op.owner
+        if owner is not None:  # as _check_owner, inline: every append comes here
+            lease = state.leases.get(session_id)
+            if lease is None or lease.owner != owner:
+                raise OwnershipLostError(session_id)
         events = op.events
         if op.expected_head is not None and op.expected_head != head:
             rows = [] if session is None else session.rows
