@@ -51,6 +51,10 @@ EXPECTED = {
     ("W9", "W4/tidelog"),
     ("W10", "W10/adapter"),
     ("W10", "W10/run-loop"),
+    ("W11", "W11/floor"),
+    ("W11", "W11/tidelog"),
+    ("W11", "W11/floor-instructions"),
+    ("W11", "W11/tidelog-instructions"),
     *((w, f"{w}/{alt}") for w in ("W1", "W2") for alt in ALTERNATIVES),
 }
 #: Workloads whose every measured row must have a value.
