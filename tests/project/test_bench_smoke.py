@@ -55,6 +55,10 @@ EXPECTED = {
     ("W11", "W11/tidelog"),
     ("W11", "W11/floor-instructions"),
     ("W11", "W11/tidelog-instructions"),
+    ("W12", "W12/python"),
+    ("W12", "W12/import"),
+    ("W12", "W12/sqlite3"),
+    ("W12", "W12/tidelog-ls"),
     *((w, f"{w}/{alt}") for w in ("W1", "W2") for alt in ALTERNATIVES),
 }
 #: Workloads whose every measured row must have a value.
