@@ -218,11 +218,37 @@ class SessionActor:
 
         Raises: the refusals of :meth:`append_nowait`; then as :meth:`wait_write`.
         """
-        write = self.append_nowait(events, expected_head, urgent=True)
-        if write is None:
+        self.check_writable()
+        if expected_head is not None and expected_head != self.accepted_head:
+            raise ConflictError(self.session_id, expected_head, self.accepted_head)
+        if not events:
             await trio.lowlevel.checkpoint()
             return self.accepted_head
-        if self.writer.running:
+        # _accept("append", events), inline: every awaited append comes here.
+        prev = self.accepted_head
+        write = PendingWrite("append", prev, prev + 1, prev + len(events), tuple(events))
+        self.accepted_head = write.last
+        self._pending.append(write)
+        writer = self.writer
+        if writer.try_lead():
+            # A non-blocking store and an idle writer: this task makes the batch itself.
+            writer.submit(self, urgent=True)  # marks it dirty only: this task leads
+            write.watchers += 1
+            try:
+                await writer.lead()
+            except trio.Cancelled:
+                if not self.withdraw(write):  # a flush's batch took it meanwhile
+                    with trio.CancelScope(shield=True), contextlib.suppress(TidelogError):
+                        await self.wait_write(write, 0, withdraw=False, one_attempt=True)
+                raise
+            finally:
+                write.watchers -= 1
+            if write.done:
+                return write.last
+            await self.wait_write(write, 0)
+            return write.last
+        writer.submit(self, urgent=True)
+        if writer.running:
             # The usual case, without the general wait loop: park once; the batch that
             # commits the write wakes this task (only a failure leaves it not done).
             task = trio.lowlevel.current_task()
@@ -422,6 +448,16 @@ class SessionActor:
     def in_flight(self) -> bool:
         return self._in_flight > 0
 
+    def take_appends(self) -> AppendOp | None:
+        """:meth:`take_op` if the front of the queue is a plain append ready to go (not
+        in flight, not backing off), else None and nothing taken."""
+        pending = self._pending
+        if not pending or self._in_flight or self.retry_at or pending[0].kind != "append":
+            return None
+        op = self.take_op()
+        assert type(op) is AppendOp
+        return op
+
     def take_op(self) -> WriteOp | None:
         """Build this actor's op for the next batch from the front of its queue."""
         pending = self._pending
@@ -477,13 +513,14 @@ class SessionActor:
             retry=retry,
         )
 
-    def commit_done(self, result: BatchResult, now: float) -> bool:
+    def commit_done(self, result: BatchResult) -> bool:
         """Apply one op's result. Returns True if the session's committed data changed."""
         count = self._in_flight
         self._in_flight = 0
         if isinstance(result, TidelogError):
             if isinstance(result, StoreError):
-                self.commit_failed(result, now)  # transient: retried with backoff
+                # transient: retried with backoff
+                self.commit_failed(result, trio.current_time())
             elif isinstance(result, InvalidArgumentError):
                 self._refuse_from_front(result)  # this write can never land; others can
             else:
@@ -498,7 +535,9 @@ class SessionActor:
             last.done = True
             last.result = result
         kind = front.kind
-        if kind == "delete":
+        if kind == "append":  # the usual case: head_after, without the property call
+            self.committed_head = last.last
+        elif kind == "delete":
             self.committed_head = 0
             self.die(SessionNotFoundError(self.session_id))
         else:

@@ -11,6 +11,13 @@ such batch fsyncs every commit before it, so concurrent flushes share one barrie
 
 A batch that has started in the thread is never abandoned; the writer task is only cancelled
 at runtime shutdown, after the actors were drained.
+
+A non-blocking store (memory) needs no thread hop, so waking the writer task for an awaited
+append would only cost a second trip through the scheduler. There the first caller that
+finds the writer idle *leads* the batch (:meth:`GroupCommitWriter.try_lead`): it yields
+once, so that the appends of every task that runs in the same scheduler round join its
+batch, then commits that batch in its own task. The writer task only takes what arrives
+while a batch is already being made, the ``append_nowait`` writes, flushes and retries.
 """
 
 from __future__ import annotations
@@ -78,8 +85,10 @@ class GroupCommitWriter:
         self._watched: set[SessionActor] = set()
         self._wake = trio.Event()
         self._urgent = trio.Event()
-        #: Batches finished (committed or failed): waiters on "the next batch" watch it.
-        self._finished: AsyncValue[int] = AsyncValue(0)
+        #: Tasks waiting for the next batch to finish (committed or failed), and how
+        #: many they are (an int is cheaper to test than the lot, every batch).
+        self._progress = trio.lowlevel.ParkingLot()
+        self._progress_waiters = 0
         self._sync_requested = False
         self._unsynced = False
         self.running = False
@@ -90,6 +99,15 @@ class GroupCommitWriter:
         #: A store that fsyncs every commit (SQLite ``synchronous="full"``).
         self._every_commit_syncs = getattr(lane.store, "synchronous", None) == "full"
         self._next_batch = 1
+        #: A caller leads the next batch (see :meth:`try_lead`): submissions only mark
+        #: their actor dirty; ``_lead_urgent`` remembers whether one was urgent.
+        self._leading = False
+        self._lead_urgent = False
+        #: A batch is being made (taken, written, its results delivered).
+        self._busy = False
+        #: What a leading caller's batch raised that is no :class:`TidelogError` (a bug
+        #: in the store): the writer task dies of it, as if it had made the call.
+        self._crash: BaseException | None = None
         #: The number of the last sync batch that succeeded.
         self.synced_through: AsyncValue[int] = AsyncValue(0)
         self.sync_failed: tuple[int, TidelogError] | None = None
@@ -104,9 +122,59 @@ class GroupCommitWriter:
     def submit(self, actor: SessionActor, *, urgent: bool) -> None:
         """Mark ``actor`` as having queued writes."""
         self._dirty[actor] = None
+        if self._leading:  # the leading caller takes it (or hands it over, see lead_done)
+            self._lead_urgent = self._lead_urgent or urgent
+            return
         self._wake.set()
         if urgent:
             self._urgent.set()
+
+    def try_lead(self) -> bool:
+        """True if the calling task is to make the next batch itself (then it must call
+        :meth:`lead` once): the store is non-blocking, and the writer is running and
+        idle -- nothing queued, no batch being made, no caller leading, no flush asked
+        for, its task not woken."""
+        if (
+            self._inline
+            and self.running
+            and not (self._dirty or self._leading or self._busy or self._sync_requested)
+            and not self._wake.is_set()
+        ):
+            self._leading = True
+            self._lead_urgent = False
+            return True
+        return False
+
+    async def lead(self) -> None:
+        """The leading caller's part (after :meth:`try_lead`; its write is queued): yield
+        once, so the writes of the other tasks of this scheduler round join the batch,
+        then make the batch here, unless the writer task is making one (then it takes
+        them). Writes left queued afterwards go to the writer task. A checkpoint: a
+        cancel at the yield leaves every queued write to the writer task and raises;
+        the batch itself is not cancelled (as one in the writer task)."""
+        try:
+            await trio.lowlevel.checkpoint()
+        except BaseException:
+            self._lead_done()
+            raise
+        self._leading = False
+        if self.running and not self._busy:
+            try:
+                if len(self._dirty) != 1 or self._sync_requested or not self._commit_alone():
+                    await self._commit_once()
+            except Exception as exc:  # a bug in the store: the writer dies of it
+                self._crash = exc
+                self._wake.set()
+                self._urgent.set()
+        self._lead_done()
+
+    def _lead_done(self) -> None:
+        """Leading ended: hand what is still queued over to the writer task."""
+        self._leading = False
+        if self._dirty:
+            self._wake.set()
+            if self._lead_urgent:
+                self._urgent.set()
 
     def request_sync(self) -> int:
         """Ask for a durability barrier; return the number of the batch that will carry
@@ -134,7 +202,8 @@ class GroupCommitWriter:
     def notify_progress(self) -> None:
         """Wake everyone waiting in :meth:`wait_progress` (something they wait for changed
         outside a batch, e.g. an actor died)."""
-        self._finished.value += 1
+        if self._progress_waiters:
+            self._progress.unpark_all()
 
     def stopped_error(self) -> TidelogError:
         """What a call that needs the stopped writer raises: :class:`~stores.ClosedError`
@@ -151,7 +220,14 @@ class GroupCommitWriter:
         is not running (it would never finish another batch)."""
         if not self.running:
             raise self.stopped_error()
-        await self._finished.wait_transition()
+        await self._park_progress()
+
+    async def _park_progress(self) -> None:
+        self._progress_waiters += 1
+        try:
+            await self._progress.park()
+        finally:
+            self._progress_waiters -= 1
 
     async def wait_synced(self, number: int) -> None:
         """Wait until sync batch ``number`` (or a later one) succeeded; raise its error."""
@@ -189,6 +265,10 @@ class GroupCommitWriter:
                 if self.batch_window > 0 and not self._urgent.is_set():
                     with trio.move_on_after(self.batch_window):
                         await self._urgent.wait()
+                while self._busy:  # a leading caller delivers its batch's results
+                    await self._park_progress()
+                if self._crash is not None:
+                    raise self._crash
                 self._wake = trio.Event()
                 self._urgent = trio.Event()
                 await self._commit_once()
@@ -198,107 +278,154 @@ class GroupCommitWriter:
             for actor in list(self._watched):
                 actor.wake_waiters()
 
-    async def _commit_once(self) -> None:
-        """Take one op per ready actor, commit them in one batch, deliver the results."""
-        now = trio.current_time()
-        targets: list[SessionActor | list[SessionActor]] = []  # a list: a group's members
-        ops: list[WriteOp] = []
-        events = 0
-        dirty = self._dirty
-        for actor in list(dirty):
-            if len(ops) >= self.max_ops:
-                self._wake.set()
-                break
-            if actor not in dirty:
-                continue  # taken as a member of a group already
-            front = actor.front
-            if front is None:
-                del dirty[actor]
-                continue
-            if actor.in_flight or now < actor.retry_at:
-                continue  # not ready (see SessionActor.ready)
-            unit = front.group
-            if unit is not None:
-                if not unit.ready(now):
-                    continue  # a member still has earlier writes to commit
-                members = [member for member, _ in unit.members]
-                parts = [member.take_op() for member in members]
-                group = GroupOp(tuple(p for p in parts if isinstance(p, AppendOp)))
-                ops.append(group)
-                targets.append(members)
-                events += _event_count(group)
-                for member in members:
-                    dirty.pop(member, None)
-                continue
-            op = actor.take_op()
-            if op is not None:
-                del dirty[actor]
-                targets.append(actor)
-                ops.append(op)
-                events += len(op.events) if type(op) is AppendOp else _event_count(op)
-        sync = self._sync_requested
-        if not ops and not sync:
-            return
+    def _commit_alone(self) -> bool:
+        """:meth:`_commit_once` for a leading caller whose batch is one actor's plain
+        appends (the usual case: nothing else queued in its round), without the loops
+        over many actors and groups, and no await. False (nothing done) if the batch
+        is anything else."""
+        [actor] = self._dirty
+        op = actor.take_appends()
+        if op is None:
+            return False
+        del self._dirty[actor]
         number = self._next_batch
         self._next_batch += 1
-        self._sync_requested = False
+        self._busy = True
         try:
-            if self._inline:
-                # A non-blocking store (memory) is called right here: no hop, and no
-                # extra trip through the scheduler (the loop yields at its next wait).
-                self.lane.calls += 1
-                results = self.lane.store.write_batch(ops, sync=sync)
+            self.lane.calls += 1
+            try:
+                results = self.lane.store.write_batch([op])
+            except TidelogError as exc:
+                self._failed += 1
+                actor.commit_failed(exc, trio.current_time())
+                return True
+            if len(results) != 1:
+                raise RuntimeError(f"the store returned {len(results)} results for 1 ops")
+            actor.last_batch = number
+            changed = actor.commit_done(results[0])
+            if actor.pending:
+                self.submit(actor, urgent=True)
+            self._batches += 1
+            self._events += len(op.events)
+            if self._every_commit_syncs:
+                self._fsyncs += 1
+            self._unsynced = True
+            if changed:
+                self._on_commit({actor.session_id})
+            return True
+        finally:
+            self._busy = False
+            self.notify_progress()
+
+    async def _commit_once(self) -> None:
+        """Take one op per ready actor, commit them in one batch, deliver the results."""
+        self._busy = True
+        try:
+            now: float | None = None  # read only if an actor backs off or a group waits
+            targets: list[SessionActor | list[SessionActor]] = []  # a list: a group's members
+            ops: list[WriteOp] = []
+            events = 0
+            dirty = self._dirty
+            for actor in list(dirty):
+                if len(ops) >= self.max_ops:
+                    self._wake.set()
+                    break
+                if actor not in dirty:
+                    continue  # taken as a member of a group already
+                front = actor.front
+                if front is None:
+                    del dirty[actor]
+                    continue
+                if actor.in_flight:
+                    continue  # not ready (see SessionActor.ready)
+                if actor.retry_at:
+                    if now is None:
+                        now = trio.current_time()
+                    if now < actor.retry_at:
+                        continue  # backing off
+                unit = front.group
+                if unit is not None:
+                    if now is None:
+                        now = trio.current_time()
+                    if not unit.ready(now):
+                        continue  # a member still has earlier writes to commit
+                    members = [member for member, _ in unit.members]
+                    parts = [member.take_op() for member in members]
+                    group = GroupOp(tuple(p for p in parts if isinstance(p, AppendOp)))
+                    ops.append(group)
+                    targets.append(members)
+                    events += _event_count(group)
+                    for member in members:
+                        dirty.pop(member, None)
+                    continue
+                op = actor.take_op()
+                if op is not None:
+                    del dirty[actor]
+                    targets.append(actor)
+                    ops.append(op)
+                    events += len(op.events) if type(op) is AppendOp else _event_count(op)
+            sync = self._sync_requested
+            if not ops and not sync:
+                return
+            number = self._next_batch
+            self._next_batch += 1
+            self._sync_requested = False
+            try:
+                if self._inline:
+                    # A non-blocking store (memory) is called right here: no hop, and no
+                    # extra trip through the scheduler (the loop yields at its next wait).
+                    self.lane.calls += 1
+                    results = self.lane.store.write_batch(ops, sync=sync)
+                else:
+                    write_batch = functools.partial(self.lane.store.write_batch, sync=sync)
+                    results = await self.lane.run(write_batch, ops)
+            except TidelogError as exc:
+                self._failed += 1
+                now = trio.current_time()
+                for target in targets:
+                    for actor in target if isinstance(target, list) else (target,):
+                        actor.commit_failed(exc, now)
+                if sync:
+                    self.sync_failed = (number, exc)
             else:
-                write_batch = functools.partial(self.lane.store.write_batch, sync=sync)
-                results = await self.lane.run(write_batch, ops)
-        except TidelogError as exc:
-            self._failed += 1
-            now = trio.current_time()
-            for target in targets:
-                for actor in target if isinstance(target, list) else (target,):
-                    actor.commit_failed(exc, now)
-            if sync:
-                self.sync_failed = (number, exc)
-        else:
-            now = trio.current_time()
-            changed: set[str] = set()
-            count = len(targets)
-            if len(results) != count:
-                raise RuntimeError(f"the store returned {len(results)} results for {count} ops")
-            for start in range(0, count, DELIVERY_SLICE):
-                if start:
-                    # Let the waiters woken so far run before waking more: a big batch
-                    # never holds the event loop for all of its waiters' work at once.
-                    await trio.lowlevel.cancel_shielded_checkpoint()
-                for index in range(start, min(start + DELIVERY_SLICE, count)):
+                changed: set[str] = set()
+                count = len(targets)
+                if len(results) != count:
+                    raise RuntimeError(f"the store returned {len(results)} results for {count} ops")
+                for index in range(count):
+                    if index and not index % DELIVERY_SLICE:
+                        # Let the waiters woken so far run before waking more: a big batch
+                        # never holds the event loop for all of its waiters' work at once.
+                        await trio.lowlevel.cancel_shielded_checkpoint()
                     target, result = targets[index], results[index]
                     if isinstance(target, SessionActor):  # one actor's op
                         target.last_batch = number
-                        if target.commit_done(result, now):
+                        if target.commit_done(result):
                             changed.add(target.session_id)
                         if target.pending:
                             self.submit(target, urgent=True)
                         continue
                     for actor in target:  # a group's members
                         actor.last_batch = number
-                        if actor.commit_done(result, now):
+                        if actor.commit_done(result):
                             changed.add(actor.session_id)
                         if actor.pending:
                             self.submit(actor, urgent=True)
-            if count > DELIVERY_SLICE:
-                # ...and once more, so that the last slice has queued its next writes
-                # before the next batch is taken (run() yields again before taking it).
-                await trio.lowlevel.cancel_shielded_checkpoint()
-            self._batches += 1
-            self._events += events
-            if sync or self._every_commit_syncs:
-                self._fsyncs += 1 if ops or sync else 0
-            if sync:
-                self.synced_through.value = number
-                self._unsynced = False
-            elif ops:
-                self._unsynced = True
-            if changed:
-                self._on_commit(changed)
+                if count > DELIVERY_SLICE:
+                    # ...and once more, so that the last slice has queued its next writes
+                    # before the next batch is taken (run() yields again before taking it).
+                    await trio.lowlevel.cancel_shielded_checkpoint()
+                self._batches += 1
+                self._events += events
+                if sync or self._every_commit_syncs:
+                    self._fsyncs += 1 if ops or sync else 0
+                if sync:
+                    self.synced_through.value = number
+                    self._unsynced = False
+                elif ops:
+                    self._unsynced = True
+                if changed:
+                    self._on_commit(changed)
         finally:
+            self._busy = False
             self.notify_progress()

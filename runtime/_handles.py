@@ -96,10 +96,11 @@ class SessionWriter:
             CommitPendingError: accepted, commit failed, retried in the background.
             UnwrittenError, OwnershipLostError: accepted, then dropped (never written).
         """
-        actor = self._live_actor()
+        if self._closed:  # _live_actor(), inline: every awaited append comes here
+            self._live_actor()
         if expected_head is not None:
             check_seq(expected_head, "expected_head")
-        return await actor.append(prepare_events(events), expected_head)
+        return await self._actor.append(prepare_events(events), expected_head)
 
     def append_nowait(
         self, events: Sequence[NewEvent], *, expected_head: int | None = None

@@ -75,9 +75,10 @@ def check_ops(ops: object, sync: object = False) -> None:
     Raises :class:`~stores.errors.InvalidArgumentError` (or its subclasses
     :class:`~stores.errors.InvalidSessionIdError`, :class:`~stores.errors.InvalidEventError`)
     before anything is written."""
-    if not isinstance(ops, Sequence) or isinstance(ops, str | bytes):
+    if type(ops) is not list and (not isinstance(ops, Sequence) or isinstance(ops, str | bytes)):
         raise InvalidArgumentError(f"ops must be a sequence, not {type(ops).__name__}")
-    check_flag(sync, "sync")
+    if sync is not False:
+        check_flag(sync, "sync")
     known, prepared = _KNOWN_IDS, PreparedEvent
     for op in ops:
         # The usual op, checked inline (this runs for every op of every batch): an append
@@ -264,11 +265,13 @@ def run_batch(
     with transaction as handle:
         now = time.time()
         for op in ops:
-            ids = session_ids_of(op)
-            earlier = next((failed[i] for i in ids if i in failed), None) if failed else None
-            if earlier is not None:
-                results.append(earlier)
-                continue
+            # An append's one session without a call (the usual op).
+            ids = (op.session_id,) if type(op) is AppendOp else session_ids_of(op)
+            if failed:
+                earlier = next((failed[i] for i in ids if i in failed), None)
+                if earlier is not None:
+                    results.append(earlier)
+                    continue
             try:
                 results.append(apply_isolated(handle, op, now))
             except TidelogError as exc:

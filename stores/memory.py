@@ -127,11 +127,15 @@ class MemoryStore(MemoryLeases, BatchingStore):
         """The shared state, under its lock; ``write`` names a write call, refused (after
         the closed check) on a read-only handle."""
         with self._state.lock:
-            if self._closed:
-                raise ClosedError("this MemoryStore was closed")
-            if write and self.read_only:
-                raise ReadOnlyError(write, "this MemoryStore handle is read-only")
+            self._check_usable(write)
             yield self._state
+
+    def _check_usable(self, write: str) -> None:
+        """Raise if this handle is closed, or read-only and ``write`` names a write call."""
+        if self._closed:
+            raise ClosedError("this MemoryStore was closed")
+        if write and self.read_only:
+            raise ReadOnlyError(write, "this MemoryStore handle is read-only")
 
     def _new_session(self, state: _State, header_json: str, now: float) -> _Session:
         state.incarnations += 1
@@ -162,15 +166,7 @@ class MemoryStore(MemoryLeases, BatchingStore):
     def write_batch(self, ops: Sequence[WriteOp], *, sync: bool = False) -> list[BatchResult]:
         """See :meth:`Store.write_batch`. Memory is as durable as it gets at commit."""
         check_ops(ops, sync)
-        return run_batch(ops, self._batch(), self._apply_op)
-
-    @contextmanager
-    def _batch(self) -> Iterator[_State]:
-        """A batch's "transaction": the lock (each op is atomic on its own, see
-        :meth:`_apply_op`); afterwards this handle has seen its own commits."""
-        with self._locked("write_batch") as state:
-            yield state
-            self._seen_version = state.version
+        return run_batch(ops, _Batch(self), self._apply_op)
 
     def _apply_op(self, state: _State, op: WriteOp, now: float) -> int:
         if isinstance(op, AppendOp):
@@ -255,9 +251,14 @@ class MemoryStore(MemoryLeases, BatchingStore):
                 raise OwnershipLostError(session_id)
 
     def _apply(self, state: _State, op: AppendOp, now: float) -> int:
-        session = state.sessions.get(op.session_id)
+        session_id = op.session_id
+        session = state.sessions.get(session_id)
         head = len(session.rows) if session is not None else 0
-        self._check_owner(state, op.session_id, op.owner)
+        owner = op.owner
+        if owner is not None:  # as _check_owner, inline: every append comes here
+            lease = state.leases.get(session_id)
+            if lease is None or lease.owner != owner:
+                raise OwnershipLostError(session_id)
         events = op.events
         if op.expected_head is not None and op.expected_head != head:
             rows = [] if session is None else session.rows
@@ -267,13 +268,18 @@ class MemoryStore(MemoryLeases, BatchingStore):
         if session is None:
             session = self._new_session(state, op.header_json, now)
             state.sessions[op.session_id] = session
-        session.rows.extend(
-            (head + i, now, ev.kind, ev.data_json, ev.run_id)
-            for i, ev in enumerate(events, start=1)
-        )
+        rows = session.rows
+        if len(events) == 1:  # one awaited append
+            ev = events[0]
+            rows.append((head + 1, now, ev.kind, ev.data_json, ev.run_id))
+        else:
+            rows.extend(
+                (head + i, now, ev.kind, ev.data_json, ev.run_id)
+                for i, ev in enumerate(events, start=1)
+            )
         session.updated_at = now
         state.version += 1
-        return len(session.rows)
+        return len(rows)
 
     def delete(self, session_id: str) -> bool:
         """See :meth:`Store.delete`."""
@@ -489,6 +495,33 @@ class MemoryStore(MemoryLeases, BatchingStore):
         """See :meth:`Store.close`."""
         with self._state.lock:
             self._closed = True
+
+
+class _Batch:
+    """A batch's "transaction": the lock (each op is atomic on its own, see
+    :meth:`MemoryStore._apply_op`); afterwards the handle has seen its own commits. (A
+    class rather than a generator context manager: it is entered for every batch.)"""
+
+    __slots__ = ("store",)
+
+    def __init__(self, store: MemoryStore) -> None:
+        self.store = store
+
+    def __enter__(self) -> _State:
+        store = self.store
+        state = store._state
+        state.lock.acquire()
+        if store._closed or store.read_only:
+            state.lock.release()
+            store._check_usable("write_batch")
+        return state
+
+    def __exit__(self, kind: object, value: object, tb: object) -> None:
+        store = self.store
+        state = store._state
+        if kind is None:
+            store._seen_version = state.version
+        state.lock.release()
 
 
 def _restore(table: dict[str, T], key: str, value: T | None) -> None:

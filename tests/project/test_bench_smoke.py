@@ -51,6 +51,14 @@ EXPECTED = {
     ("W9", "W4/tidelog"),
     ("W10", "W10/adapter"),
     ("W10", "W10/run-loop"),
+    ("W11", "W11/floor"),
+    ("W11", "W11/tidelog"),
+    ("W11", "W11/floor-instructions"),
+    ("W11", "W11/tidelog-instructions"),
+    ("W12", "W12/python"),
+    ("W12", "W12/import"),
+    ("W12", "W12/sqlite3"),
+    ("W12", "W12/tidelog-ls"),
     *((w, f"{w}/{alt}") for w in ("W1", "W2") for alt in ALTERNATIVES),
 }
 #: Workloads whose every measured row must have a value.

@@ -258,6 +258,61 @@ async def test_group_commit_shares_transactions(rt: Runtime) -> None:
         assert await stat_head(rt, f"s{i}") == 10
 
 
+async def test_memory_appends_of_one_round_share_the_leaders_batch() -> None:
+    """On a non-blocking store the first awaited append of a scheduler round makes the
+    batch in its own task; the appends of the other tasks of that round join it, and a
+    flush of one of those sessions asked for meanwhile returns once it is committed."""
+    async with open_runtime(MemoryStore()) as rt, AsyncExitStack() as stack:
+        writers = [await writer(stack, rt, f"s{i}") for i in range(10)]
+        before = rt.statistics().writer
+
+        async def flush_soon() -> None:
+            await rt.flush_sessions(["s0"])
+
+        async with trio.open_nursery() as nursery:
+            for i, w in enumerate(writers):
+                nursery.start_soon(w.append, [ev(i)])
+            nursery.start_soon(flush_soon)
+        after = rt.statistics().writer
+        assert after.events_committed - before.events_committed == 10
+        assert after.batches_committed - before.batches_committed <= 2
+        for i, w in enumerate(writers):
+            assert w.committed_head == 1
+            assert await stat_head(rt, f"s{i}") == 1
+
+
+async def test_memory_leader_cancelled_withdraws_only_its_own_append() -> None:
+    """A leading append cancelled at its yield is withdrawn (nothing accepted); a write
+    queued while it led is committed all the same, by the writer task. (Trio runs the
+    tasks of one round in a random order, so the cancel lands in the yield in about half
+    of the rounds; in the others the append commits first.)"""
+    withdrawn = 0
+    async with open_runtime(MemoryStore()) as rt, AsyncExitStack() as stack:
+        lead, other = await writer(stack, rt, "lead"), await writer(stack, rt, "other")
+        queued: list[tuple[int, int]] = []
+
+        async def queue_then_cancel(scope: trio.CancelScope, n: int) -> None:
+            queued.append(other.append_nowait([ev(n)]))  # runs while lead.append leads
+            scope.cancel()
+
+        for n in range(1, 41):
+            before = await lead.head()
+            queued.clear()
+            with trio.CancelScope() as scope:
+                async with trio.open_nursery() as nursery:
+                    nursery.start_soon(queue_then_cancel, scope, n)
+                    await lead.append([ev(n)])
+            assert queued == [(n, n)]
+            with trio.fail_after(10):
+                await other.wait_committed()
+            assert await stat_head(rt, "other") == n
+            head = await lead.head()
+            assert head in (before, before + 1)  # all or nothing
+            assert await stat_head(rt, "lead") == head
+            withdrawn += head == before
+    assert withdrawn > 0
+
+
 async def test_big_batch_wakes_its_waiters_in_slices(rt: Runtime) -> None:
     """A batch of more than DELIVERY_SLICE awaited appends wakes its waiters a slice at
     a time (other tasks run in between), and the next batch still takes every waiter."""

@@ -1,0 +1,116 @@
+"""W12: cold start of a command and of ``import runtime`` (issue 18).
+
+Wall time from spawning a fresh process to its exit, measured by the parent, for:
+
+* ``python -c pass``: the interpreter's own start (the reference for the import);
+* ``python -c "import runtime"``: what any program using tidelog pays first;
+* ``sqlite3 DB .tables``: the sqlite3 shell opening the database and listing its tables
+  (the reference for a read command; ``no data`` if the shell is not installed);
+* ``tidelog ls DB``: the command (run as ``python -m runtime.cli ls DB``) listing the
+  sessions of a small database: :data:`SESSIONS` sessions of one event each, written by
+  the parent before the clock starts.
+
+Each measurement is the median of :data:`PROCESSES` fresh processes, one after another;
+the file is in the OS page cache. No target: the issue asks for the numbers.
+"""
+
+from __future__ import annotations
+
+import math
+import shutil
+import statistics
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+import trio
+
+from runtime import NewEvent, open_runtime
+
+from ..core import PAYLOAD, CaseContext, Metrics, Row, case, rows
+from ..procs import ROOT, child_env
+
+__all__ = ["PROCESSES", "SESSIONS"]
+
+#: Fresh processes per measurement (their median is the round's value).
+PROCESSES = 5
+#: Sessions of the small database ``tidelog ls`` lists.
+SESSIONS = 20
+
+
+async def _write_db(path: Path) -> None:
+    async with open_runtime(path) as rt:
+        for i in range(SESSIONS):
+            async with rt.open_session(f"session-{i:02d}") as w:
+                await w.append([NewEvent("message", PAYLOAD)])
+
+
+def _median_ms(command: Sequence[str]) -> float:
+    """The median wall time of :data:`PROCESSES` runs of ``command``, in ms."""
+    env = child_env()
+    times = []
+    for _ in range(PROCESSES):
+        start = time.perf_counter()
+        subprocess.run(command, cwd=ROOT, env=env, capture_output=True, check=True, timeout=120)
+        times.append((time.perf_counter() - start) * 1000.0)
+    return statistics.median(times)
+
+
+def _command(
+    make: Callable[[Path], list[str] | None], *, db: bool
+) -> Callable[[CaseContext], Metrics]:
+    def run(ctx: CaseContext) -> Metrics:
+        with ctx.fresh_dir() as d:
+            path = d / "small.db"
+            if db:
+                trio.run(_write_db, path)
+            command = make(path)
+            if command is None:
+                return {"start_ms": math.nan}  # "no data": the program is not installed
+            return {"start_ms": _median_ms(command)}
+
+    return run
+
+
+def _sqlite3(path: Path) -> list[str] | None:
+    shell = shutil.which("sqlite3")
+    return None if shell is None else [shell, str(path), ".tables"]
+
+
+case("W12/python", system="python -c pass")(
+    _command(lambda _: [sys.executable, "-c", "pass"], db=False)
+)
+case("W12/import", system='python -c "import runtime"')(
+    _command(lambda _: [sys.executable, "-c", "import runtime"], db=False)
+)
+case("W12/sqlite3", system="sqlite3 DB .tables")(_command(_sqlite3, db=True))
+case("W12/tidelog-ls", system="tidelog ls DB (python -m runtime.cli)")(
+    _command(lambda p: [sys.executable, "-m", "runtime.cli", "ls", str(p)], db=True)
+)
+
+_IMPORT = "W12 cold start: import runtime (fresh process, to exit)"
+_LS = f"W12 cold start: list the sessions of a {SESSIONS}-session database (fresh process)"
+rows(
+    Row("W12", _IMPORT, "W12/python", "start_ms", "ms", note="reference", higher_is_better=False),
+    Row(
+        "W12",
+        _IMPORT,
+        "W12/import",
+        "start_ms",
+        "ms",
+        reference=("W12/python", "start_ms"),
+        higher_is_better=False,
+    ),
+    Row("W12", _LS, "W12/sqlite3", "start_ms", "ms", note="reference", higher_is_better=False),
+    Row(
+        "W12",
+        _LS,
+        "W12/tidelog-ls",
+        "start_ms",
+        "ms",
+        reference=("W12/sqlite3", "start_ms"),
+        higher_is_better=False,
+    ),
+)
