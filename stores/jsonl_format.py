@@ -40,7 +40,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import json
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import attrs
@@ -60,6 +60,7 @@ __all__ = [
     "file_stem",
     "json_str",
     "stem_id",
+    "stop_unless_committed",
 ]
 
 #: The format generation this code writes (the header's ``"format"``); see
@@ -235,6 +236,33 @@ class Scan:
     last_ts: float | None
     #: ``(offset, reason)`` of corruption (a later commit mark exists), else None.
     damage: tuple[int, str] | None = None
+
+
+def stop_unless_committed(
+    result: Scan,
+    data: bytes,
+    base: int,
+    bad: int,
+    why: str,
+    path: str,
+    is_commit: Callable[[bytes], bool],
+) -> Scan:
+    """End a line scan at byte ``bad`` of ``data`` (``base`` is its offset in the file),
+    where a batch is not whole: a torn tail -- unless a later whole line is a commit line
+    (``is_commit``), which makes it damage inside the committed region (``result.damage``)."""
+    pos = data.find(b"\n", bad)
+    while pos >= 0:
+        nxt = data.find(b"\n", pos + 1)
+        if nxt < 0:
+            break
+        if is_commit(data[pos + 1 : nxt]):
+            result.damage = (
+                base + bad,
+                f"{path}: byte {base + bad}: {why} inside the committed region",
+            )
+            return result
+        pos = nxt
+    return result
 
 
 def corrupt(damage: tuple[int, str]) -> StoreCorruptError:

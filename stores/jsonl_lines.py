@@ -25,7 +25,15 @@ import zlib
 from collections.abc import Sequence
 
 from .errors import StoreCorruptError
-from .jsonl_format import Codec, Header, Row, Scan, encode_header, json_str
+from .jsonl_format import (
+    Codec,
+    Header,
+    Row,
+    Scan,
+    encode_header,
+    json_str,
+    stop_unless_committed,
+)
 from .records import PreparedEvent
 
 __all__ = ["PLAIN", "Plain", "commit_line"]
@@ -143,7 +151,7 @@ class Plain(Codec):
                     if match is None
                     else f"expected seq {expected}"
                 )
-                return _stop(result, data, base, pos, why, path)
+                return stop_unless_committed(result, data, base, pos, why, path, commit_line)
             pending.append(base + pos)
             run = match.group(4)
             if run is not None:
@@ -151,7 +159,9 @@ class Plain(Codec):
             count, _ = end_mark(line[:cut])
             if count:
                 if count != len(pending):
-                    return _stop(result, data, base, pos, "batch count mismatch", path)
+                    return stop_unless_committed(
+                        result, data, base, pos, "batch count mismatch", path, commit_line
+                    )
                 result.offsets.extend(pending)
                 result.batch_ends.append(expected)
                 for run_id, seq in pending_runs:
@@ -213,20 +223,3 @@ class Plain(Codec):
 
 #: The codec of plain format 2 files.
 PLAIN = Plain()
-
-
-def _stop(result: Scan, data: bytes, base: int, bad: int, why: str, path: str) -> Scan:
-    """Stop at a batch that is not whole: corruption if a whole commit line follows."""
-    pos = data.find(b"\n", bad)
-    while pos >= 0:
-        nxt = data.find(b"\n", pos + 1)
-        if nxt < 0:
-            break
-        if commit_line(data[pos + 1 : nxt]):
-            result.damage = (
-                base + bad,
-                f"{path}: byte {base + bad}: {why} inside the committed region",
-            )
-            return result
-        pos = nxt
-    return result

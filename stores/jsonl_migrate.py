@@ -41,7 +41,15 @@ import attrs
 
 from .errors import StoreCorruptError, StoreIOError
 from .jsonl_files import fsync_dir, publish
-from .jsonl_format import Codec, Header, Row, Scan, encode_header, json_str
+from .jsonl_format import (
+    Codec,
+    Header,
+    Row,
+    Scan,
+    encode_header,
+    json_str,
+    stop_unless_committed,
+)
 from .jsonl_group import step
 from .records import PreparedEvent
 
@@ -119,7 +127,7 @@ class V1(Codec):
             match = _PREFIX.match(line)
             if match is None or int(match.group(1)) != expected:
                 why = "not an event record" if match is None else f"expected seq {expected}"
-                return _stop(result, data, base, pos, why, path)
+                return stop_unless_committed(result, data, base, pos, why, path, _commit_line_v1)
             pending.append(base + pos)
             run = match.group(2)
             if run is not None:
@@ -129,7 +137,9 @@ class V1(Codec):
                 count, crc = int(end.group(1)), int(end.group(2))
                 body_end = pos + end.start()
                 if count != len(pending) or zlib.crc32(data[batch_start:body_end]) != crc:
-                    return _stop(result, data, base, pos, "checksum mismatch", path)
+                    return stop_unless_committed(
+                        result, data, base, pos, "checksum mismatch", path, _commit_line_v1
+                    )
                 result.offsets.extend(pending)
                 result.batch_ends.append(expected)
                 for run_id, seq in pending_runs:
@@ -191,27 +201,15 @@ class V1(Codec):
 FORMAT1 = V1()
 
 
-def _stop(result: Scan, data: bytes, base: int, bad: int, why: str, path: str) -> Scan:
-    """Stop at a batch that is not whole: corruption if a complete commit mark follows."""
-    pos = data.find(b"\n", bad)
-    while pos >= 0:
-        nxt = data.find(b"\n", pos + 1)
-        if nxt < 0:
-            break
-        line = data[pos + 1 : nxt]
-        if line.endswith(b"]}") and _END.search(line) and _PREFIX.match(line):
-            try:
-                json.loads(line)
-            except ValueError:
-                pass
-            else:
-                result.damage = (
-                    base + bad,
-                    f"{path}: byte {base + bad}: {why} inside the committed region",
-                )
-                return result
-        pos = nxt
-    return result
+def _commit_line_v1(line: bytes) -> bool:
+    """True for a whole format 1 commit line (the last record of a batch)."""
+    if not (line.endswith(b"]}") and _END.search(line) and _PREFIX.match(line)):
+        return False
+    try:
+        json.loads(line)
+    except ValueError:
+        return False
+    return True
 
 
 def successor(header: Header, batches: list[list[Row]], raw: list[str], codec: Codec) -> bytes:
