@@ -162,10 +162,11 @@ def test_small_non_database_file_refused_unchanged(tmp_path: Path, content: byte
 
 
 def _damage_text(path: Path, needle: bytes, replacement: bytes) -> None:
+    """Overwrite every copy of ``needle`` in the file: the live row's, and stale copies
+    that moved rows leave in free space (SQLite does not erase them)."""
     data = path.read_bytes()
-    at = data.find(needle)
-    assert at >= 0, needle
-    path.write_bytes(data[:at] + replacement + data[at + len(replacement) :])
+    assert needle in data, needle
+    path.write_bytes(data.replace(needle, replacement + needle[len(replacement) :]))
 
 
 @pytest.mark.parametrize(

@@ -16,6 +16,7 @@ from cli_support import TIMEOUT, big_db, files, make_db, tidelog
 from runtime import SqliteStore, open_runtime
 from runtime.agents import RunHead, UserMessage, checkpoints, history
 from stores.leases import local_holder
+from stores.sqlite_schema import SCHEMA_VERSION
 
 
 def _with_runs(db: Path) -> None:
@@ -45,7 +46,7 @@ def test_check_passes_a_healthy_database(tmp_path: Path) -> None:
     document = json.loads(tidelog("check", str(db), "--json", cwd=tmp_path).stdout)
     assert document["ok"] is True
     assert document["findings"] == []
-    assert document["schema_version"] == 3
+    assert document["schema_version"] == SCHEMA_VERSION
     assert document["sessions"] == 4
     assert files(tmp_path) == ["app.db"]
 

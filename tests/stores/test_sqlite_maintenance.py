@@ -82,7 +82,7 @@ def test_backup_is_consistent_while_a_writer_appends(tmp_path: Path) -> None:
     (integrity ok, every session gapless), reports progress up to the total, and is
     linked into place only when complete: no temporary file is left."""
     store = _store(tmp_path)
-    store.append("big", [NewEvent("pad", "y" * 2000) for _ in range(3000)])
+    store.append("big", [NewEvent("pad", "y" * 2000) for _ in range(6000)])  # > 2 steps
     stop = threading.Event()
 
     def write() -> None:
@@ -117,7 +117,7 @@ def test_backup_is_consistent_while_a_writer_appends(tmp_path: Path) -> None:
         for info in copy.list_sessions():
             assert [e.seq for e in copy.read(info.id)] == list(range(1, info.head + 1))
             assert copy.check_lineage(info.id) == []
-        assert copy.head("big") == 3020
+        assert copy.head("big") == 6020
     finally:
         copy.close()
 
@@ -126,7 +126,7 @@ def test_interrupted_or_refused_backup_leaves_nothing(tmp_path: Path) -> None:
     """A backup stopped by its progress callback leaves neither the destination nor a
     temporary file; an existing destination is refused and left alone."""
     store = _store(tmp_path)
-    store.append("big", [NewEvent("pad", "y" * 2000) for _ in range(3000)])
+    store.append("big", [NewEvent("pad", "y" * 2000) for _ in range(6000)])  # > 2 steps
     store.close()
     store = SqliteStore(tmp_path / "m.db", read_only=True)
 

@@ -269,6 +269,44 @@ def test_refuses_newer_or_foreign_file_untouched(db: str, make: Callable[[str], 
 # -- 6. migrations --------------------------------------------------------------------------
 
 
+#: A format 3 file written by the code before format 4 (``tests/stores/fixtures``): alpha
+#: (6 events), beta (3, run ``run-1``), alpha-fork (alpha's first 4 shared, then 1 own).
+FORMAT3 = Path(__file__).parent / "fixtures" / "sqlite-format3.db"
+
+
+def test_format_3_file_migrates_to_events_in_commit_order(tmp_path: Path) -> None:
+    """A format 3 file (events clustered by session) opens as format 4: every event,
+    run and fork read as before, events now a rowid table with its (sid, seq) index, and
+    the migration ran once, in one transaction."""
+    path = tmp_path / "old.db"
+    path.write_bytes(FORMAT3.read_bytes())
+    store = SqliteStore(str(path))
+    try:
+        assert store._conn is not None
+        assert scalar(store._conn, "PRAGMA user_version") == 4
+        assert [e.data for e in store.read("alpha")] == [
+            *({"i": i, "text": "h\u00e9llo"} for i in range(1, 6)),
+            {"i": 6},
+        ]
+        assert [(e.seq, e.run_id) for e in store.read("beta")] == [
+            (1, "run-1"),
+            (2, "run-1"),
+            (3, "run-1"),
+        ]
+        assert store.find_run("beta", "run-1") == (1, 3)
+        fork = store.read("alpha-fork")
+        assert [e.seq for e in fork] == [1, 2, 3, 4, 5]
+        assert fork[-1].data == {"fork": True}
+        assert store.check_lineage("alpha-fork") == []
+        sql = str(scalar(store._conn, "SELECT sql FROM sqlite_schema WHERE name = 'events'"))
+        assert "WITHOUT ROWID" not in sql
+        assert {"events_by_seq", "events_by_run"} <= set(schema_names(store._conn))
+        assert store.append("alpha", evs(1)) == 7
+        assert store.check_integrity() == (True, "ok")
+    finally:
+        store.close()
+
+
 def test_migration_upgrades_existing_file(db: str, monkeypatch: pytest.MonkeyPatch) -> None:
     """An older file is migrated step by step: user_version bumped, new schema present."""
     store = SqliteStore(db)
