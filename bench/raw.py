@@ -1,8 +1,10 @@
 """The physical reference: plain apsw on one SQLite file, no tidelog code.
 
-Schema in the spirit of tidelog's: one table keyed by ``(session, seq)`` (clustered,
-``WITHOUT ROWID``, like tidelog's ``events`` table), WAL, ``BEGIN IMMEDIATE`` per write
-transaction, a 5 s busy timeout.
+Schema in the spirit of tidelog's: one table keyed by ``(session, seq)``, WAL,
+``BEGIN IMMEDIATE`` per write transaction, a 5 s busy timeout. Two layouts
+(:data:`RawLayout`): ``"clustered"`` by ``(session, seq)`` (``WITHOUT ROWID``, like
+tidelog's ``events`` table up to format 3) and ``"commit-order"`` (a rowid table with a
+unique index on ``(session, seq)``, like format 4).
 """
 
 from __future__ import annotations
@@ -14,9 +16,10 @@ from typing import Literal, cast
 
 import apsw
 
-__all__ = ["RawSync", "insert_rows", "open_raw", "read_last"]
+__all__ = ["RawLayout", "RawSync", "insert_rows", "open_raw", "read_last"]
 
 RawSync = Literal["NORMAL", "FULL"]
+RawLayout = Literal["clustered", "commit-order"]
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS events(
@@ -27,10 +30,15 @@ CREATE TABLE IF NOT EXISTS events(
 ) WITHOUT ROWID
 """
 
+_SCHEMA_COMMIT_ORDER = """
+CREATE TABLE IF NOT EXISTS events(session TEXT NOT NULL, seq INTEGER NOT NULL, data TEXT NOT NULL);
+CREATE UNIQUE INDEX IF NOT EXISTS events_by_seq ON events(session, seq)
+"""
+
 _DECODER = json.JSONDecoder()
 
 
-def open_raw(path: Path, synchronous: RawSync) -> apsw.Connection:
+def open_raw(path: Path, synchronous: RawSync, layout: RawLayout = "clustered") -> apsw.Connection:
     """Open (and create if needed) the reference database; the caller closes it."""
     conn = apsw.Connection(str(path))
     try:
@@ -39,7 +47,7 @@ def open_raw(path: Path, synchronous: RawSync) -> apsw.Connection:
         if mode != [("wal",)]:
             raise RuntimeError(f"cannot enable WAL: {mode}")
         conn.execute(f"PRAGMA synchronous={synchronous}")
-        conn.execute(_SCHEMA)
+        conn.execute(_SCHEMA if layout == "clustered" else _SCHEMA_COMMIT_ORDER)
     except BaseException:
         conn.close()
         raise
