@@ -307,6 +307,56 @@ def test_format_3_file_migrates_to_events_in_commit_order(tmp_path: Path) -> Non
         store.close()
 
 
+_KILL_AFTER_FORMAT_4 = """
+import os, signal, sys
+from stores import SqliteStore, sqlite_schema
+
+def kill(conn):
+    os.kill(os.getpid(), signal.SIGKILL)  # the format 4 step ran; its transaction is open
+
+sqlite_schema.MIGRATIONS[4] = kill
+sqlite_schema.SCHEMA_VERSION = 5
+SqliteStore(sys.argv[1])
+"""
+
+
+@pytest.mark.parametrize("how", ["failing-step", "sigkill"])
+def test_format_4_migration_stopped_midway_leaves_format_3(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, how: str
+) -> None:
+    """The format 4 step done but its transaction not committed -- a later step fails, or
+    the process is SIGKILLed: the file is format 3 as it was, every event there, and the
+    next open migrates it."""
+    path = tmp_path / "old.db"
+    path.write_bytes(FORMAT3.read_bytes())
+    if how == "sigkill":
+        proc = subprocess.run(
+            [sys.executable, "-c", _KILL_AFTER_FORMAT_4, str(path)], timeout=60, check=False
+        )
+        assert proc.returncode == -9
+    else:
+        with monkeypatch.context() as m:
+            m.setattr(sqlite_schema, "SCHEMA_VERSION", 5)
+            m.setitem(sqlite_schema.MIGRATIONS, 4, _step_bad_sql)
+            with pytest.raises(StoreError):
+                SqliteStore(str(path))
+    conn = apsw.Connection(str(path))
+    try:
+        assert scalar(conn, "PRAGMA user_version") == 3
+        sql = str(scalar(conn, "SELECT sql FROM sqlite_schema WHERE name = 'events'"))
+        assert "WITHOUT ROWID" in sql
+        assert scalar(conn, "SELECT count(*) FROM events") == 6 + 3 + 1
+    finally:
+        conn.close()
+    store = SqliteStore(str(path))
+    try:
+        assert [e.seq for e in store.read("alpha")] == [1, 2, 3, 4, 5, 6]
+        assert [e.seq for e in store.read("alpha-fork")] == [1, 2, 3, 4, 5]
+        assert store.head("beta") == 3
+    finally:
+        store.close()
+
+
 def test_migration_upgrades_existing_file(db: str, monkeypatch: pytest.MonkeyPatch) -> None:
     """An older file is migrated step by step: user_version bumped, new schema present."""
     store = SqliteStore(db)
