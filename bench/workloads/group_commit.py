@@ -23,7 +23,7 @@ Systems:
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
@@ -123,6 +123,11 @@ def _repeat(ctx: CaseContext, once: Callable[[Path], _Run]) -> Metrics:
     for _ in range(REPEATS):
         with ctx.fresh_dir() as d:
             runs.append(once(d))
+    return pooled(runs)
+
+
+def pooled(runs: Sequence[_Run]) -> Metrics:
+    """W2's metrics over repetitions: events over total time, the lag samples of all."""
     elapsed = sum(r.elapsed for r in runs)
     events = sum(r.events for r in runs)
     batches = sum(r.batches for r in runs)

@@ -28,7 +28,7 @@ from typing import Any
 import trio
 
 from ..alternatives_pg import ALL_PG, PgAlternative
-from ..core import PAYLOAD, CaseContext, LagProbe, Metrics, Row, Target, case, encode_payload, rows
+from ..core import PAYLOAD, CaseContext, Metrics, Row, Target, case, encode_payload, rows
 from ..pg import PgLevel, insert_rows_pg, open_raw_pg, pg_schema, unavailable, url_of
 from ..procs import run_together, worker
 from . import group_commit, multiprocess, single_session
@@ -102,23 +102,6 @@ async def _raw_w2(dsn: str, schema: str, level: PgLevel, sessions: int, appends:
         conn.close()
 
 
-def _pooled(runs: list[Any]) -> Metrics:
-    """W2's metrics over repetitions (see ``group_commit._repeat``)."""
-    elapsed = sum(r.elapsed for r in runs)
-    events = sum(r.events for r in runs)
-    batches = sum(r.batches for r in runs)
-    probe = LagProbe()
-    probe.samples = [x for r in runs for x in r.lag]
-    return {
-        "events_per_s": events / elapsed,
-        "elapsed_s": elapsed,
-        "events": float(events),
-        "batches": float(batches),
-        "mean_batch": sum(r.batch_events for r in runs) / batches if batches else 0.0,
-        **probe.metrics(),
-    }
-
-
 def _w2(system: str, synchronous: Level, level: PgLevel) -> Callable[[CaseContext], Metrics]:
     def run(ctx: CaseContext) -> Metrics:
         sessions, appends = shape(ctx)
@@ -131,7 +114,7 @@ def _w2(system: str, synchronous: Level, level: PgLevel) -> Callable[[CaseContex
                     url = url_of(dsn, schema)
                     main = group_commit._tidelog_main
                     runs.append(trio.run(main, url, synchronous, sessions, appends))
-        return _pooled(runs)
+        return group_commit.pooled(runs)
 
     return run
 
