@@ -39,8 +39,9 @@ __all__ = ["DELIVERY_SLICE", "GroupCommitWriter", "WriterStatistics"]
 
 #: A batch's results are delivered this many ops at a time, with a checkpoint between
 #: slices, so the woken waiters' work is spread over several event-loop rounds instead of
-#: one long one (event-loop lag under load).
-DELIVERY_SLICE = 25
+#: one long one (event-loop lag under load). Each slice costs a scheduler round: W2 (100
+#: sessions) ran 9.6 % faster with 100 than with 25, with the same lag p99 (1.0 ms).
+DELIVERY_SLICE = 100
 
 
 @attrs.frozen
