@@ -372,6 +372,16 @@ for _level, _raw_level in _LEVELS:
             reference=(_raw, "lag_p99_ms"),
             target=Target("value", "<=", 2.0),
         ),
+        # Issue 18: and never above 1.2x the raw loop's own lag in the same run.
+        Row(
+            "W9",
+            f"{_W9} {_raw_level}: p99 against the raw loop's",
+            _tl,
+            "lag_p99_ms",
+            "ms",
+            reference=(_raw, "lag_p99_ms"),
+            target=Target("ratio", "<=", 1.2),
+        ),
         Row("W9", f"{_W9} {_raw_level}: max", _raw, "lag_max_ms", "ms", note="reference"),
         Row(
             "W9",

@@ -264,6 +264,16 @@ rows(
         reference=(_RAW, "lag_p99_ms"),
         target=Target("value", "<=", 2.0),
     ),
+    # Issue 18: and never above 1.2x the raw pair's own lag in the same run.
+    Row(
+        "W9",
+        f"{_W9}: p99 against the raw pair's",
+        _TL,
+        "lag_p99_ms",
+        "ms",
+        reference=(_RAW, "lag_p99_ms"),
+        target=Target("ratio", "<=", 1.2),
+    ),
     Row("W9", f"{_W9}: max", _RAW, "lag_max_ms", "ms", note="reference"),
     Row("W9", f"{_W9}: max", _TL, "lag_max_ms", "ms", reference=(_RAW, "lag_max_ms")),
 )
