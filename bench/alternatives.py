@@ -22,7 +22,9 @@ value is returned as the ``sqlite_synchronous`` metric (2 = FULL).
 
 Synchronous APIs run directly for one session (W1: what a user would do) and in worker
 threads for many concurrent sessions (W2: ``trio.to_thread.run_sync``, trio's default 40
-threads), as a trio program would have to.
+threads), as a trio program would have to. W1 also runs them the two ways a trio program
+could (issue 18): in a worker thread per append (off the loop), and directly on the trio
+thread with a lag probe running, which shows how long each call stalls the event loop.
 """
 
 from __future__ import annotations
@@ -38,7 +40,7 @@ from typing import Any
 
 import trio
 
-from .core import PAYLOAD, encode_payload
+from .core import PAYLOAD, LagProbe, encode_payload
 
 __all__ = [
     "ALL",
@@ -211,6 +213,50 @@ def _eventsourcing_one(path: Path, count: int) -> float:
         log.close()
 
 
+# -- one session from trio: off the loop, or directly on it --------------------------------
+
+
+def _threaded_one(opener: Callable[[Path], Any], path: Path, count: int) -> float:
+    """W1 the way a trio service must run a synchronous library: each append in a worker
+    thread (``trio.to_thread.run_sync``), so the event loop keeps running meanwhile."""
+    log = opener(path)
+
+    async def main() -> float:
+        start = time.perf_counter()
+        for step in range(1, count + 1):
+            await trio.to_thread.run_sync(log.append, "s", step)
+        return time.perf_counter() - start
+
+    try:
+        return trio.run(main)
+    finally:
+        log.close()
+
+
+def _direct_lag(opener: Callable[[Path], Any], path: Path, count: int) -> dict[str, float]:
+    """W1 calling a synchronous library directly on the trio thread, with a checkpoint
+    between appends (as any other await of the program would be) and a
+    :class:`~bench.core.LagProbe`: the loop is stalled for every call, fsync included."""
+    log = opener(path)
+
+    async def main() -> dict[str, float]:
+        probe = LagProbe()
+        async with trio.open_nursery() as nursery:
+            await nursery.start(probe.run)
+            start = time.perf_counter()
+            for step in range(1, count + 1):
+                log.append("s", step)
+                await trio.lowlevel.checkpoint()
+            elapsed = time.perf_counter() - start
+            nursery.cancel_scope.cancel()
+        return {"appends_per_s": count / elapsed, "elapsed_s": elapsed, **probe.metrics()}
+
+    try:
+        return trio.run(main)
+    finally:
+        log.close()
+
+
 # -- many sessions through worker threads ---------------------------------------------------
 
 
@@ -254,6 +300,7 @@ class Alternative:
         many: Callable[[Path, int, int], float],
         one_note: str,
         many_note: str,
+        opener: Callable[[Path], Any] | None = None,
     ) -> None:
         self.key = key
         self.system = system
@@ -262,6 +309,16 @@ class Alternative:
         self._many = many
         self.one_note = one_note
         self.many_note = many_note
+        #: A synchronous library's log opener (``None``: an async library, which runs its
+        #: calls off the event loop already). W1 calls such a library directly; a trio
+        #: service would have to run it in worker threads (:meth:`one_session_threaded`),
+        #: and calling it on the trio thread stalls the loop (:meth:`one_session_lag`).
+        self.opener = opener
+
+    @property
+    def direct(self) -> bool:
+        """True for a synchronous library (W1 calls it directly on the calling thread)."""
+        return self.opener is not None
 
     def one_session(self, path: Path, count: int) -> dict[str, float]:
         """W1: ``count`` appends to one session, each returning once committed."""
@@ -272,6 +329,24 @@ class Alternative:
             "elapsed_s": elapsed,
             "sqlite_synchronous": sqlite3_default_synchronous(path.with_suffix(".probe")),
         }
+
+    def one_session_threaded(self, path: Path, count: int) -> dict[str, float]:
+        """W1 off the event loop, as a trio service must run it: a synchronous library in
+        a worker thread per append; an async one as :meth:`one_session` runs it."""
+        if self.opener is None:
+            return self.one_session(path, count)
+        opener = self.opener
+        with quiet():
+            elapsed = _threaded_one(opener, path, count)
+        return {"appends_per_s": count / elapsed, "elapsed_s": elapsed}
+
+    def one_session_lag(self, path: Path, count: int) -> dict[str, float]:
+        """W1 called directly on the trio thread, with the loop lag that causes (only for a
+        synchronous library: see :attr:`direct`)."""
+        if self.opener is None:
+            raise ValueError(f"{self.system} is not called directly: it has no lag case")
+        with quiet():
+            return _direct_lag(self.opener, path, count)
 
     def many_sessions(self, path: Path, sessions: int, appends: int) -> dict[str, float]:
         """W2: ``sessions`` concurrent clients, each ``appends`` awaited appends."""
@@ -301,6 +376,7 @@ LANGGRAPH = Alternative(
     lambda path, sessions, appends: _threaded_many(_LangGraphLog, path, sessions, appends),
     "sync, called directly",
     "sync, in trio threads",
+    _LangGraphLog,
 )
 EVENTSOURCING = Alternative(
     "eventsourcing",
@@ -310,6 +386,7 @@ EVENTSOURCING = Alternative(
     lambda path, sessions, appends: _threaded_many(_EventsourcingLog, path, sessions, appends),
     "sync, called directly",
     "sync, in trio threads",
+    _EventsourcingLog,
 )
 
 #: Every alternative, in table order.

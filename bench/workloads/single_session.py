@@ -7,6 +7,13 @@ what the synchronous alternatives do). Also at NORMAL (committed, no fsync per c
 context. The alternatives (the optional extra ``bench``) run the same loop through their
 own APIs.
 
+Fair to a trio program (issue 18): the synchronous alternatives called directly stall the
+event loop for every call, fsync included. So W1 also runs each of them in a trio worker
+thread per append (off the loop, as a trio service must run them: tidelog's target is
+>= 1.2x the best of those), and directly on the trio thread with a lag probe running (the
+lag each causes, beside raw's and tidelog's own, measured by separate ``-lag`` cases so
+that the probe's wake-ups stay out of the throughput rows).
+
 W1b: the same 5,000 events with ``append_nowait`` and ``flush()`` after every 100
 (tidelog, FULL), against raw apsw committing 100 rows per transaction (FULL). One W1b
 measurement is :data:`REPEATS_W1B` back-to-back repetitions in fresh databases (one
@@ -19,7 +26,8 @@ every system serializes the payload inside it, once per event.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Literal
 
@@ -29,7 +37,17 @@ from runtime import NewEvent, open_runtime
 
 from ..alternatives import ALL as ALTERNATIVES
 from ..alternatives import Alternative
-from ..core import PAYLOAD, CaseContext, Metrics, Row, Target, case, encode_payload, rows
+from ..core import (
+    PAYLOAD,
+    CaseContext,
+    LagProbe,
+    Metrics,
+    Row,
+    Target,
+    case,
+    encode_payload,
+    rows,
+)
 from ..raw import RawSync, insert_rows, open_raw
 
 __all__ = ["BATCH", "REPEATS_W1B", "count"]
@@ -65,36 +83,62 @@ def _repeat(ctx: CaseContext, repeats: int, once: Callable[[Path], Metrics]) -> 
     for key in ("batches", "fsyncs"):
         if key in runs[0]:
             metrics[key] = sum(r[key] for r in runs)
+    if len(runs) == 1:  # the lag percentiles of one run (W1); W1b does not show them
+        metrics |= {k: v for k, v in runs[0].items() if k.startswith("lag_")}
     return metrics
 
 
 # -- raw apsw -------------------------------------------------------------------------------
 
 
-async def _raw(path: Path, synchronous: RawSync, n: int, per_txn: int) -> Metrics:
+@asynccontextmanager
+async def _probing(lag: bool) -> AsyncIterator[Metrics]:
+    """Run a :class:`~bench.core.LagProbe` over the block if ``lag``; its metrics land in
+    the yielded dict at exit. The throughput cases run without one: the probe's own
+    wake-ups cost tidelog's awaited appends 5-10 % here, so W1's lag is measured by
+    cases of its own."""
+    out: Metrics = {}
+    if not lag:
+        yield out
+        return
+    probe = LagProbe()
+    async with trio.open_nursery() as nursery:
+        await nursery.start(probe.run)
+        yield out
+        nursery.cancel_scope.cancel()
+    out |= probe.metrics()
+
+
+async def _raw(
+    path: Path, synchronous: RawSync, n: int, per_txn: int, lag: bool = False
+) -> Metrics:
     conn = open_raw(path, synchronous)
     try:
         limiter = trio.CapacityLimiter(1)
         seq = 0
-        start = time.perf_counter()
-        for _ in range(n // per_txn):
-            batch = []
-            for _ in range(per_txn):
-                seq += 1
-                batch.append((_SESSION, seq, encode_payload(PAYLOAD)))
-            await trio.to_thread.run_sync(insert_rows, conn, batch, limiter=limiter)
-        return _rate(n, time.perf_counter() - start)
+        async with _probing(lag) as lag_metrics:
+            start = time.perf_counter()
+            for _ in range(n // per_txn):
+                batch = []
+                for _ in range(per_txn):
+                    seq += 1
+                    batch.append((_SESSION, seq, encode_payload(PAYLOAD)))
+                await trio.to_thread.run_sync(insert_rows, conn, batch, limiter=limiter)
+            elapsed = time.perf_counter() - start
+        return _rate(n, elapsed) | lag_metrics
     finally:
         conn.close()
 
 
-def _raw_case(synchronous: RawSync, per_txn: int) -> Callable[[CaseContext], Metrics]:
+def _raw_case(
+    synchronous: RawSync, per_txn: int, lag: bool = False
+) -> Callable[[CaseContext], Metrics]:
     repeats = REPEATS_W1B if per_txn > 1 else 1
 
     def run(ctx: CaseContext) -> Metrics:
         n = count(ctx)
         return _repeat(
-            ctx, repeats, lambda d: trio.run(_raw, d / "raw.db", synchronous, n, per_txn)
+            ctx, repeats, lambda d: trio.run(_raw, d / "raw.db", synchronous, n, per_txn, lag)
         )
 
     return run
@@ -121,6 +165,9 @@ def raw_full_direct(ctx: CaseContext) -> Metrics:
 
 case("W1/raw-normal", system="raw apsw per-row commit (NORMAL)")(_raw_case("NORMAL", 1))
 case("W1/raw-full", system="raw apsw per-row commit (FULL)")(_raw_case("FULL", 1))
+case("W1/raw-full-lag", system="raw apsw per-row commit (FULL), lag probe running")(
+    _raw_case("FULL", 1, lag=True)
+)
 case("W1b/raw-full-100", system="raw apsw 100 rows per transaction (FULL)")(
     _raw_case("FULL", BATCH)
 )
@@ -129,43 +176,53 @@ case("W1b/raw-full-100", system="raw apsw 100 rows per transaction (FULL)")(
 # -- tidelog --------------------------------------------------------------------------------
 
 
-async def _tidelog(path: Path | str, synchronous: Level, n: int, nowait: bool) -> Metrics:
+async def _tidelog(
+    path: Path | str, synchronous: Level, n: int, nowait: bool, lag: bool = False
+) -> Metrics:
     async with (
         open_runtime(path, synchronous=synchronous) as rt,
         rt.open_session(_SESSION, mode="write") as w,
     ):
         before = rt.statistics()
-        start = time.perf_counter()
-        if nowait:
-            for i in range(1, n + 1):
-                w.append_nowait([NewEvent("message", PAYLOAD)])
-                if i % BATCH == 0:
-                    await w.flush()
-        else:
-            for _ in range(n):
-                await w.append([NewEvent("message", PAYLOAD)])
-        elapsed = time.perf_counter() - start
+        async with _probing(lag) as lag_metrics:
+            start = time.perf_counter()
+            if nowait:
+                for i in range(1, n + 1):
+                    w.append_nowait([NewEvent("message", PAYLOAD)])
+                    if i % BATCH == 0:
+                        await w.flush()
+            else:
+                for _ in range(n):
+                    await w.append([NewEvent("message", PAYLOAD)])
+            elapsed = time.perf_counter() - start
         after = rt.statistics()
         assert w.committed_head == n
-    metrics = _rate(n, elapsed)
+    metrics = _rate(n, elapsed) | lag_metrics
     metrics["batches"] = float(after.writer.batches_committed - before.writer.batches_committed)
     metrics["fsyncs"] = float(after.writer.fsyncs - before.writer.fsyncs)
     return metrics
 
 
-def _tidelog_case(synchronous: Level, nowait: bool) -> Callable[[CaseContext], Metrics]:
+def _tidelog_case(
+    synchronous: Level, nowait: bool, lag: bool = False
+) -> Callable[[CaseContext], Metrics]:
     repeats = REPEATS_W1B if nowait else 1
 
     def run(ctx: CaseContext) -> Metrics:
         n = count(ctx)
         return _repeat(
-            ctx, repeats, lambda d: trio.run(_tidelog, d / "tidelog.db", synchronous, n, nowait)
+            ctx,
+            repeats,
+            lambda d: trio.run(_tidelog, d / "tidelog.db", synchronous, n, nowait, lag),
         )
 
     return run
 
 
 case("W1/tidelog-full", system="tidelog (synchronous=full)")(_tidelog_case("full", False))
+case("W1/tidelog-full-lag", system="tidelog (synchronous=full), lag probe running")(
+    _tidelog_case("full", False, lag=True)
+)
 case("W1/tidelog-normal", system="tidelog (synchronous=normal)")(_tidelog_case("normal", False))
 case("W1b/tidelog-full", system="tidelog (synchronous=full), append_nowait + flush/100")(
     _tidelog_case("full", True)
@@ -185,6 +242,36 @@ def _alternative_case(alt: Alternative) -> Callable[[CaseContext], Metrics]:
     return run
 
 
+def _threaded_case(alt: Alternative) -> Callable[[CaseContext], Metrics]:
+    def run(ctx: CaseContext) -> Metrics:
+        with ctx.fresh_dir() as d:
+            return alt.one_session_threaded(d / f"{alt.key}.db", count(ctx))
+
+    return run
+
+
+def _lag_case(alt: Alternative) -> Callable[[CaseContext], Metrics]:
+    def run(ctx: CaseContext) -> Metrics:
+        with ctx.fresh_dir() as d:
+            return alt.one_session_lag(d / f"{alt.key}.db", count(ctx))
+
+    return run
+
+
+#: The direct-call (synchronous) alternatives, which W1 also runs in worker threads and
+#: on the trio thread with a lag probe.
+_DIRECT = tuple(alt for alt in ALTERNATIVES if alt.direct)
+for _alt in _DIRECT:
+    case(
+        f"W1/{_alt.key}-thread",
+        system=f"{_alt.system} (sync, in a trio worker thread per append)",
+        requires=_alt.requires,
+    )(_threaded_case(_alt))
+    case(
+        f"W1/{_alt.key}-lag",
+        system=f"{_alt.system} (sync, called on the trio thread)",
+        requires=_alt.requires,
+    )(_lag_case(_alt))
 for _alt in ALTERNATIVES:
     case(f"W1/{_alt.key}", system=f"{_alt.system} ({_alt.one_note})", requires=_alt.requires)(
         _alternative_case(_alt)
@@ -205,7 +292,7 @@ rows(
         _RATE,
         _UNIT,
         reference=("W1/raw-full", _RATE),
-        target=Target("ratio", ">=", 0.8),
+        target=Target("ratio", ">=", 0.9),  # issue 18 (issue 7 asked 0.8x)
     ),
     Row(
         "W1",
@@ -228,14 +315,67 @@ rows(
         )
         for alt in ALTERNATIVES
     ),
+    # Issue 7 asked 1.5x this; issue 18 replaced it with the fair comparison below: the
+    # synchronous alternatives called directly stall the event loop for every call.
     Row(
         "W1",
-        f"{_W1}, FULL: tidelog vs the best alternative",
+        f"{_W1}, FULL: tidelog vs the best alternative called directly",
         "W1/tidelog-full",
         _RATE,
         _UNIT,
         best_of=tuple((f"W1/{alt.key}", _RATE) for alt in ALTERNATIVES),
-        target=Target("ratio", ">=", 1.5),
+    ),
+    *(
+        Row(
+            "W1",
+            f"{_W1}, FULL: alternatives off the event loop",
+            f"W1/{alt.key}-thread" if alt.direct else f"W1/{alt.key}",
+            _RATE,
+            _UNIT,
+            reference=("W1/raw-full", _RATE),
+            note="alternative",
+        )
+        for alt in ALTERNATIVES
+    ),
+    Row(
+        "W1",
+        f"{_W1}, FULL: tidelog vs the best alternative off the event loop",
+        "W1/tidelog-full",
+        _RATE,
+        _UNIT,
+        best_of=tuple(
+            (f"W1/{alt.key}-thread" if alt.direct else f"W1/{alt.key}", _RATE)
+            for alt in ALTERNATIVES
+        ),
+        target=Target("ratio", ">=", 1.2),
+    ),
+    Row(
+        "W1",
+        f"{_W1}, FULL: loop lag p99",
+        "W1/raw-full-lag",
+        "lag_p99_ms",
+        "ms",
+        note="reference",
+    ),
+    Row(
+        "W1",
+        f"{_W1}, FULL: loop lag p99",
+        "W1/tidelog-full-lag",
+        "lag_p99_ms",
+        "ms",
+        reference=("W1/raw-full-lag", "lag_p99_ms"),
+    ),
+    *(
+        Row(
+            "W1",
+            f"{_W1}, FULL: loop lag p99",
+            f"W1/{alt.key}-lag",
+            "lag_p99_ms",
+            "ms",
+            reference=("W1/raw-full-lag", "lag_p99_ms"),
+            note="alternative",
+        )
+        for alt in _DIRECT
     ),
     Row("W1", f"{_W1}, NORMAL", "W1/raw-normal", _RATE, _UNIT, note="reference"),
     Row(
