@@ -299,9 +299,15 @@ class PostgresStore(BatchingStore):
         """The one-statement path; ``None`` if it wrote nothing because an op needs the
         general path (a check failed, a resend, a session created concurrently, a value
         PostgreSQL refuses)."""
-        args = pgops.append_many_args(ops, self.channel, sync=sync)
+        if pgops.one_each(ops):  # the usual batch: a leaner statement (see there)
+            sql, args = (
+                pgops.APPEND_ONE_EACH,
+                pgops.append_one_each_args(ops, self.channel, sync=sync),
+            )
+        else:
+            sql, args = pgops.APPEND_MANY, pgops.append_many_args(ops, self.channel, sync=sync)
         try:
-            row = conn.execute(pgops.APPEND_MANY, args, prepare=True).fetchone()
+            row = conn.execute(sql, args, prepare=True).fetchone()
         except (psycopg.errors.NotNullViolation, psycopg.DataError):
             return None  # rolled back whole (the statement was its own transaction)
         except psycopg.DatabaseError as exc:

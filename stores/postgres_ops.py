@@ -18,7 +18,10 @@ rules (:mod:`stores._batching`) decide each op's result. The statement only take
 path where every op succeeds; it applies no rule of its own. Its row locks are not taken
 in id order: two hosts' batches that name the same two sessions in opposite order can
 deadlock; PostgreSQL then fails one of them (after ``deadlock_timeout``), which wrote
-nothing and goes through the general path, which locks in id order.
+nothing and goes through the general path, which locks in id order. The runtime's
+steady state -- one event per op, every session already there, one owner -- has a leaner
+statement of the same shape and rule, :data:`APPEND_ONE_EACH` (five arrays instead of
+nine, no running sum, no creation branch).
 
 Measured (``python -m bench.pg_paths``: microseconds per committed batch of n one-event
 appends, asynchronous commit, local socket, 2 busy cores -- noisy to +-30 %):
@@ -78,13 +81,16 @@ from .records import INFO_COLUMNS, PreparedEvent, SessionInfo, decode_json_objec
 
 __all__ = [
     "APPEND_MANY",
+    "APPEND_ONE_EACH",
     "Tx",
     "append_many_args",
+    "append_one_each_args",
     "apply_op",
     "check_ops_only",
     "create_session",
     "delete_session",
     "notify",
+    "one_each",
     "permanent_error",
     "plain_appends",
     "prelock",
@@ -140,6 +146,63 @@ FROM (SELECT count(*) AS k, array_agg(done.head + ops.c ORDER BY ops.n) AS heads
         string_agg((done.head + ops.c)::text || ' ' || ops.id, E'\\n' ORDER BY ops.n) AS p
     FROM done JOIN ops ON ops.n = done.n) AS r
 """
+
+
+#: :data:`APPEND_MANY` for the runtime's usual batch (:func:`one_each`): one event per op,
+#: every session existing (an expected head above 0) and one owner (or none) for all ops.
+#: It sends five arrays instead of nine and has no running sum and no creation branch:
+#: per batch of 100 appends, 0.74-0.90 ms instead of 1.1-1.3 ms, and 0.15-0.22 ms of
+#: client CPU instead of 0.31-0.39 (asynchronous commit, alternated runs). Same output and
+#: the same rule: any op that does not pass makes the statement undo itself.
+APPEND_ONE_EACH = f"""
+WITH ops AS MATERIALIZED (
+    SELECT o.n, o.id, o.x, o.kind, o.data, o.run_id
+    FROM unnest(%(ids)b::text[], %(expected)b::bigint[], %(kinds)b::text[],
+        %(datas)b::text[], %(run_ids)b::text[]) WITH ORDINALITY AS o(id, x, kind, data, run_id, n)),
+now AS MATERIALIZED (SELECT {NOW} AS t),
+upd AS (
+    UPDATE sessions AS s SET head = s.head + 1, updated_at = now.t FROM ops, now
+    WHERE s.id = ops.id AND s.head = ops.x
+        AND (%(owner)s::text IS NULL OR s.owner = %(owner)s::text)
+    RETURNING ops.n, s.sid, s.head),
+ev AS (
+    INSERT INTO events(sid, seq, ts, kind, data, run_id)
+    SELECT upd.sid, upd.head, now.t, ops.kind, ops.data, ops.run_id
+    FROM upd JOIN ops ON ops.n = upd.n, now)
+SELECT CASE WHEN r.k < %(k)s THEN retry_batch() END, r.heads,
+    CASE WHEN r.k = %(k)s AND %(channel)s::text IS NOT NULL
+        THEN pg_notify(%(channel)s,
+            CASE WHEN octet_length(r.p) <= {MAX_PAYLOAD_BYTES} THEN r.p ELSE '*' END) END,
+    CASE WHEN %(sync)s THEN set_config('synchronous_commit', 'on', true) END
+FROM (SELECT count(*) AS k, array_agg(upd.head ORDER BY upd.n) AS heads,
+        string_agg(upd.head::text || ' ' || ops.id, E'\\n' ORDER BY upd.n) AS p
+    FROM upd JOIN ops ON ops.n = upd.n) AS r
+"""
+
+
+def one_each(ops: Sequence[AppendOp]) -> bool:
+    """True for a batch that :data:`APPEND_ONE_EACH` can write (see there); the caller
+    checked :func:`plain_appends`."""
+    owner = ops[0].owner
+    return all(len(op.events) == 1 and op.expected_head and op.owner == owner for op in ops)
+
+
+def append_one_each_args(
+    ops: Sequence[AppendOp], channel: str | None, *, sync: bool
+) -> dict[str, object]:
+    """The parameters of :data:`APPEND_ONE_EACH` for ``ops`` (see :func:`one_each`)."""
+    events = [op.events[0] for op in ops]
+    return {
+        "ids": [op.session_id for op in ops],
+        "expected": [op.expected_head for op in ops],
+        "kinds": [event.kind for event in events],
+        "datas": [event.data_json for event in events],
+        "run_ids": [event.run_id for event in events],
+        "owner": ops[0].owner,
+        "channel": channel,
+        "sync": sync,
+        "k": len(ops),
+    }
 
 
 def plain_appends(ops: Sequence[WriteOp]) -> TypeGuard[Sequence[AppendOp]]:

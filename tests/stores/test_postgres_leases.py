@@ -285,7 +285,7 @@ def test_commits_notify_their_sessions_and_heads(
     pg_open: Opener, listener: Callable[[float], list[str]]
 ) -> None:
     """Every commit that moves heads notifies the store's channel once with each
-    session's new head (both write paths, truncate, delete, fork, create); a failed op
+    session's new head (every write path, truncate, delete, fork, create); a failed op
     notifies nothing."""
     store = pg_open()
     store.append("a", evs(2))
@@ -296,6 +296,9 @@ def test_commits_notify_their_sessions_and_heads(
     assert results[:2] == [4, 2]
     assert isinstance(results[2], ConflictError)
     assert listener(5.0) == ["4 a\n1 b"]
+    # one event each to existing sessions: the leaner one-statement path
+    assert store.write_batch([op("a", 1, expected_head=4), op("b", 1, expected_head=1)]) == [5, 2]
+    assert listener(5.0) == ["5 a\n2 b"]
     store.truncate("a", 1)
     store.fork("a", "kid")
     store.create("empty")

@@ -528,6 +528,84 @@ def test_nul_in_a_hand_built_event_fails_its_op_alone(pg_open: Opener) -> None:
     assert store.head("b") == 2
 
 
+def one_event_ops(store: PostgresStore, ids: list[str], owner: str | None) -> list[AppendOp]:
+    """One-event appends to existing sessions, each expecting its committed head."""
+    return [op(i, 1, expected_head=store.head(i), owner=owner) for i in ids]
+
+
+def event_counts(conn: psycopg.Connection[Any]) -> dict[str, int]:
+    rows = conn.execute(
+        "SELECT s.id, count(e.seq) FROM sessions AS s LEFT JOIN events AS e ON e.sid = s.sid"
+        " GROUP BY s.id"
+    ).fetchall()
+    return {row[0]: row[1] for row in rows}
+
+
+def test_one_event_each_statement_commits_or_undoes_itself(
+    pg_open: Opener, pg_raw: psycopg.Connection[Any]
+) -> None:
+    """APPEND_ONE_EACH, run as the store runs it, returns the new heads and writes one
+    event per session; with one op that does not pass (a stale head, another owner, a
+    missing session) it raises the retry SQLSTATE and writes nothing at all."""
+    from stores import postgres_ops as pgops
+
+    store = pg_open()
+    ids = ["a", "b", "c"]
+    for i in ids:
+        store.acquire_lease(i, "me", ttl=60, holder="h")
+        assert store.write_batch([op(i, 2, expected_head=0, owner="me")]) == [2]
+    ops = one_event_ops(store, ids, "me")
+    assert pgops.plain_appends(ops)
+    assert pgops.one_each(ops)
+    row = pg_raw.execute(
+        pgops.APPEND_ONE_EACH, pgops.append_one_each_args(ops, None, sync=False)
+    ).fetchone()
+    assert row is not None
+    assert list(row[1]) == [3, 3, 3]
+    assert event_counts(pg_raw) == {"a": 3, "b": 3, "c": 3}
+    assert [e.seq for e in store.read("b")] == [1, 2, 3]
+
+    stale = [*one_event_ops(store, ["a", "b"], "me"), op("c", 1, expected_head=2, owner="me")]
+    other = one_event_ops(store, ids, "someone else")
+    missing = [*one_event_ops(store, ["a"], "me"), op("nobody", 1, expected_head=4, owner="me")]
+    for batch in (stale, other, missing):
+        assert pgops.one_each(batch)
+        with pytest.raises(psycopg.DatabaseError) as info:
+            pg_raw.execute(
+                pgops.APPEND_ONE_EACH, pgops.append_one_each_args(batch, None, sync=False)
+            )
+        assert info.value.sqlstate == pg_schema.RETRY_SQLSTATE
+        assert event_counts(pg_raw) == {"a": 3, "b": 3, "c": 3}
+
+
+def test_one_event_each_batch_needing_the_general_path_gets_per_op_results(
+    pg_open: Opener,
+) -> None:
+    """A batch of one-event appends to existing sessions where some ops fail (stale
+    head, lost lease) falls back to the general path: each op gets its own result and
+    the log holds exactly the accepted events, once each."""
+    store = pg_open()
+    for i in ("a", "b", "c", "d"):
+        store.acquire_lease(i, "me", ttl=60, holder="h")
+        assert store.write_batch([op(i, 1, expected_head=0, owner="me")]) == [1]
+    store.release_lease("d", "me")
+    store.acquire_lease("d", "thief", ttl=60, holder="h2")
+    ops = [
+        op("a", 1, expected_head=1, owner="me"),
+        op("b", 1, expected_head=7, owner="me"),  # stale: the head is 1
+        op("c", 1, expected_head=1, owner="me"),
+        op("d", 1, expected_head=1, owner="me"),  # the lease moved to another owner
+    ]
+    results = store.write_batch(ops)
+    assert results[0] == 2
+    assert results[2] == 2
+    assert isinstance(results[1], ConflictError)
+    assert (results[1].expected, results[1].actual) == (7, 1)
+    assert isinstance(results[3], OwnershipLostError)
+    assert [store.head(i) for i in "abcd"] == [2, 1, 2, 1]
+    assert [len(store.read(i)) for i in "abcd"] == [2, 1, 2, 1]
+
+
 def test_json_nul_escape_round_trips(pg_open: Opener) -> None:
     """Data holding U+0000 is stored as JSON text (``\\u0000``) and reads back exactly."""
     store = pg_open()
