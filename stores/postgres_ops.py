@@ -24,23 +24,24 @@ statement of the same shape and rule, :data:`APPEND_ONE_EACH` (five arrays inste
 nine, no running sum, no creation branch).
 
 Measured (``python -m bench.pg_paths``: microseconds per committed batch of n one-event
-appends, asynchronous commit, local socket, 2 busy cores -- noisy to +-30 %):
+appends to existing sessions, asynchronous commit, local socket, 2 cores, a quiet
+machine; noisy to +-30 %):
 
-==========================  =====  =====  ======
-variant                      n=1   n=10   n=100
-==========================  =====  =====  ======
-one statement (this)          672    849   4184
-transaction + executemany     718   1510  10314
-transaction + unnest          891   1015   2894
-transaction + COPY            846   1314   2901
-pipeline + unnest            1118   1316   5621
-==========================  =====  =====  ======
+===========================  =====  =====  ======
+variant                       n=1   n=10   n=100
+===========================  =====  =====  ======
+one statement, one each        203    272     936
+one statement (general)        240    339    1186
+transaction + executemany      520    622    2188
+transaction + unnest           605    591    1256
+transaction + COPY             656    632    1199
+pipeline + unnest              607    616    1459
+===========================  =====  =====  ======
 
-The one statement wins for the runtime's usual batches (1 to ~30 ops: one round trip
-instead of four); at 100 ops the server's per-row work dominates and unnest or COPY in a
-transaction are as fast (within the noise). Every array goes in binary format (``%b``):
-psycopg's text format escapes each JSON text with a regular expression, ~20 ms per batch
-of 100 -- more than everything else together.
+The one statement wins at every size (one round trip instead of four; at 100 ops the
+server's per-row work dominates, and the leaner statement still saves a fifth). Every
+array goes in binary format (``%b``): psycopg's text format escapes each JSON text with a
+regular expression, ~20 ms per batch of 100 -- more than everything else together.
 
 **The general path.** :func:`~stores._batching.run_batch` with one transaction per batch
 (:func:`prelock` first locks every lease and session row the batch names, in id order,
