@@ -48,7 +48,6 @@ from .records import (
     StoredEvent,
     check_flag,
     check_seq,
-    events_from_rows,
     session_info,
     validate_session_id,
 )
@@ -355,14 +354,14 @@ class SqliteStore(SqliteLeases, SqliteMaintenance, BatchingStore):
         until = (1 << 62) if bound is None else bound
         with self._connection("read") as conn:
             if pin is None:
-                rows = sqlops.read_session_rows(conn, session_id, since_seq, until, limit, from_end)
-            else:
-                with transaction(conn):
-                    sqlops.check_pin(conn, session_id, pin)
-                    rows = sqlops.read_session_rows(
-                        conn, session_id, since_seq, until, limit, from_end
-                    )
-        return events_from_rows(session_id, rows)
+                return sqlops.read_session_events(
+                    conn, session_id, since_seq, until, limit, from_end
+                )
+            with transaction(conn):
+                sqlops.check_pin(conn, session_id, pin)
+                return sqlops.read_session_events(
+                    conn, session_id, since_seq, until, limit, from_end
+                )
 
     @rereads
     def head(self, session_id: str) -> int:

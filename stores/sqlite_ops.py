@@ -40,9 +40,11 @@ from .records import (
     INFO_COLUMNS,
     PreparedEvent,
     SessionInfo,
+    StoredEvent,
     decode_json,
     decode_json_object,
     encode_id_list,
+    events_from_rows,
     session_info,
 )
 from .sqlite_base import INSERT_EVENT, one
@@ -398,11 +400,11 @@ def truncate_session(conn: apsw.Connection, session_id: str, to_seq: int, now: f
 # -- reads -------------------------------------------------------------------------
 
 
-#: Read windows of at most this many events are fetched in one step (:func:`packed_rows`).
+#: Read windows of at most this many events are fetched in one step (:func:`packed_events`).
 PACKED_READ_MAX = 1000
 
 
-def packed_rows(
+def packed_events(
     conn: apsw.Connection,
     session_id: str,
     sid: int,
@@ -410,42 +412,56 @@ def packed_rows(
     until: int,
     limit: int,
     from_end: bool,
-) -> list[tuple[Any, ...]]:
-    """The rows of one range's read window, fetched in a single step: SQLite packs them
+) -> list[StoredEvent] | None:
+    """The events of one range's read window, fetched in a single step: SQLite packs them
     into one JSON array, so the reading thread takes the GIL back once per read instead of
     once per row (apsw releases it around every step, and a busy writer's threads compete
-    for it: each re-take can wait). Values come back exactly: ``seq`` as a JSON integer,
-    ``ts`` printed with 17 significant digits (enough for any double), text as JSON
-    strings; ``data`` stays the stored JSON text, decoded by the caller as usual.
+    for it: each re-take can wait). ``data`` goes into the array as JSON (``json(data)``),
+    so one decode of the packed text decodes every event: 150 us instead of 220 us for a
+    window of 50 of W4's events (row by row: 140 us, in 50 steps). SQLite's ``json()``
+    gives canonical JSON back unchanged (tidelog stores only that), ``seq`` comes back as
+    a JSON integer and ``ts`` printed with 17 significant digits (enough for any double).
 
-    Raises :class:`~stores.errors.StoreCorruptError` if the packed text does not parse
-    (damaged stored text)."""
-    (packed,) = one(
-        conn,
-        "SELECT json_group_array(json_array(seq, printf('%!.17g', ts), kind, data, run_id) "
-        "ORDER BY seq) FROM (SELECT seq, ts, kind, data, run_id FROM events "
-        "WHERE sid=? AND seq>? AND seq<=? "
-        + ("ORDER BY seq DESC LIMIT ?)" if from_end else "ORDER BY seq LIMIT ?)"),
-        (sid, since, until, limit),
-    )
+    ``None`` when the window must be read row by row, which reports damage precisely: a
+    stored text that is not strict JSON (``json()`` would also accept and rewrite JSON5)
+    or that SQLite cannot parse. Raises :class:`apsw.TooBigError` when the packed text
+    would pass the connection's length limit (the caller reads row by row too)."""
+    try:
+        packed, strict = one(
+            conn,
+            "SELECT json_group_array(json_array(seq, printf('%!.17g', ts), kind, json(data), "
+            "run_id) ORDER BY seq), min(json_valid(data, 1)) FROM (SELECT seq, ts, kind, "
+            "data, run_id FROM events WHERE sid=? AND seq>? AND seq<=? "
+            + ("ORDER BY seq DESC LIMIT ?)" if from_end else "ORDER BY seq LIMIT ?)"),
+            (sid, since, until, limit),
+        )
+    except (apsw.SQLError, UnicodeDecodeError):
+        return None  # a text SQLite cannot parse as JSON: read row by row
+    if strict is None:
+        return []  # no rows in the window
+    if strict != 1:
+        return None  # a text that is not strict JSON
     try:
         rows = cast(list[list[Any]], decode_json(packed))
-        return [(seq, float(ts), kind, data, run_id) for seq, ts, kind, data, run_id in rows]
+        return [
+            StoredEvent(session_id, seq, float(ts), kind, data, run_id)
+            for seq, ts, kind, data, run_id in rows
+        ]
     except (ValueError, TypeError, RecursionError) as exc:
         raise StoreCorruptError(
             f"session {session_id!r}: stored events could not be read back ({exc})"
         ) from exc
 
 
-def read_session_rows(
+def read_session_events(
     conn: apsw.Connection,
     session_id: str,
     since: int,
     until: int,
     limit: int | None,
     from_end: bool,
-) -> list[tuple[Any, ...]]:
-    """Rows ``(seq, ts, kind, data, run_id)`` of a read window, forks included."""
+) -> list[StoredEvent]:
+    """The events of a read window, forks included."""
     row = conn.execute(
         "SELECT sid, base_sid, base_seq, head FROM sessions WHERE id=?", (session_id,)
     ).fetchone()
@@ -454,11 +470,13 @@ def read_session_rows(
     sid, base_sid, base_seq, head = row
     if base_sid is None and limit is not None and limit <= PACKED_READ_MAX:
         try:
-            return packed_rows(conn, session_id, sid, since, until, limit, from_end)
+            events = packed_events(conn, session_id, sid, since, until, limit, from_end)
         except apsw.TooBigError:
-            pass  # the packed text would pass the length limit: fetch row by row
+            events = None  # the packed text would pass the length limit
+        if events is not None:
+            return events
     if base_sid is None:  # the common case: one range, one statement
-        return [
+        rows = [
             tuple(r)
             for r in conn.execute(
                 "SELECT seq, ts, kind, data, run_id FROM events "
@@ -467,8 +485,10 @@ def read_session_rows(
                 (sid, since, until, -1 if limit is None else limit),
             )
         ][:: -1 if from_end else 1]
-    ranges = pieces(conn, sid, base_sid, base_seq, head)
-    return read_rows(conn, ranges, since, until, limit, from_end)
+    else:
+        ranges = pieces(conn, sid, base_sid, base_seq, head)
+        rows = read_rows(conn, ranges, since, until, limit, from_end)
+    return events_from_rows(session_id, rows)
 
 
 def check_pin(conn: apsw.Connection, session_id: str, pin: Pin) -> None:

@@ -46,21 +46,33 @@ class InputCases(ConformanceBase):
 
     @pytest.mark.parametrize("name", sorted(_GOOD_PAYLOADS))
     def test_payload_round_trips_exactly(self, store: Store, name: str) -> None:
-        """A JSON payload comes back with the same value, types and float signs."""
+        """A JSON payload comes back with the same value, types and float signs, read whole
+        or in a bounded window."""
         payload = _GOOD_PAYLOADS[name]
         store.append("s", [NewEvent("k", payload)])
         (event,) = store.read("s")
         assert _strict_equal(event.data, payload), (event.data, payload)
+        for windowed in (store.read("s", limit=1), store.read("s", limit=5, from_end=True)):
+            (event,) = windowed  # a bounded window (SQLite: fetched packed, in one step)
+            assert _strict_equal(event.data, payload), (event.data, payload)
 
     @_QUICK
     @given(payload=_JSON_VALUES)
     def test_any_json_payload_round_trips(self, store: Store, payload: JSON) -> None:
-        """Any (generated) exactly-JSON payload round-trips exactly."""
+        """Any (generated) exactly-JSON payload round-trips exactly, read whole or in a
+        bounded window."""
         session_id = self._fresh_id()
         store.append(session_id, [NewEvent("k", payload), NewEvent("k2", [payload])])
         first, second = store.read(session_id)
         assert _strict_equal(first.data, payload)
         assert _strict_equal(second.data, [payload])
+        for window in (
+            store.read(session_id, limit=2),
+            store.read(session_id, limit=9, from_end=True),
+        ):
+            assert [e.seq for e in window] == [1, 2]
+            assert _strict_equal(window[0].data, payload)
+            assert _strict_equal(window[1].data, [payload])
 
     def test_kind_and_run_id_round_trip(self, store: Store) -> None:
         """``kind`` and ``run_id`` (None or text, incl. non-ASCII) come back as given."""

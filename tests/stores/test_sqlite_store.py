@@ -596,6 +596,37 @@ def test_packed_windows_read_back_exactly(
             assert [e.ts.hex() for e in got] == [e.ts.hex() for e in want]
 
 
+@pytest.mark.parametrize(
+    "text",
+    ["{'a':1}", "[1,2,]", "0x10", "{a:1}", '{"a":1', "not json"],
+    ids=["json5-quotes", "json5-comma", "json5-hex", "json5-key", "cut", "garbage"],
+)
+def test_damaged_text_in_a_window_is_store_corrupt(
+    open_store: Callable[..., SqliteStore], raw: Callable[..., apsw.Connection], text: str
+) -> None:
+    """A stored event text that is not strict JSON -- also one SQLite's own JSON parser
+    would accept and rewrite (JSON5) -- makes a bounded-window read raise
+    StoreCorruptError, exactly as a whole read does; the other events are unaffected."""
+    store = open_store()
+    store.append("s", [NewEvent("k", {"i": i}) for i in range(4)])
+    store.append("t", [NewEvent("k", 1)])
+    conn = raw()
+    conn.execute(
+        "UPDATE events SET data=? WHERE seq=2 AND sid=(SELECT sid FROM sessions WHERE id='s')",
+        (text,),
+    )
+    reads: list[Callable[[], object]] = [
+        lambda: store.read("s"),
+        lambda: store.read("s", limit=3),
+        lambda: store.read("s", limit=3, from_end=True),
+    ]
+    for read in reads:
+        with pytest.raises(StoreCorruptError):
+            read()
+    assert [e.data for e in store.read("s", since_seq=2, limit=5)] == [{"i": 2}, {"i": 3}]
+    assert [e.data for e in store.read("t", limit=1)] == [1]
+
+
 def _warm(store: SqliteStore, session_id: str, owner: str | None = None) -> int:
     """Two fast-path batches on one session, so the second ran on remembered heads."""
     assert store.write_batch([op(session_id, 1, expected_head=0, owner=owner)]) == [1]
