@@ -56,6 +56,7 @@ __all__ = [
     "Scan",
     "corrupt",
     "decode_header",
+    "decode_lines",
     "encode_header",
     "file_stem",
     "json_str",
@@ -237,6 +238,25 @@ class Scan:
     #: ``(offset, reason)`` of corruption (a later commit mark exists), else None.
     damage: tuple[int, str] | None = None
 
+    def add_batch(
+        self,
+        offsets: list[int],
+        runs: list[tuple[str, int]],
+        head: int,
+        last_ts: float | None,
+        end: int,
+    ) -> None:
+        """Record a whole batch found by a scan: its events' ``offsets``, the
+        ``(run_id, seq)`` pairs it holds, its last seq, timestamp and end offset."""
+        self.offsets.extend(offsets)
+        self.batch_ends.append(head)
+        for run_id, seq in runs:
+            known = self.runs.get(run_id)
+            self.runs[run_id] = (seq if known is None else known[0], seq)
+        self.last_ts = last_ts
+        self.head = head
+        self.end = end
+
 
 def stop_unless_committed(
     result: Scan,
@@ -272,6 +292,43 @@ def corrupt(damage: tuple[int, str]) -> StoreCorruptError:
 
 #: A decoded event: ``(seq, ts, kind, data, run_id)``.
 Row = tuple[int, float, str, Any, "str | None"]
+
+
+def decode_lines(
+    data: bytes,
+    session_id: str,
+    first_seq: int,
+    path: str,
+    offset: int,
+    check: Callable[[bytes], int] | None = None,
+) -> list[Row]:
+    """Decode the event lines in ``data`` (whole lines from byte ``offset`` of ``path``,
+    seqs from ``first_seq``) into rows. ``check``, if given, returns a negative number for
+    a line whose checksum does not match.
+
+    Raises :class:`~stores.errors.StoreCorruptError` naming the file and the byte offset
+    of the first damaged line."""
+    rows = []
+    loads = json.loads
+    seq = first_seq
+    pos = 0
+    for line in data.split(b"\n")[:-1]:
+        try:
+            if check is not None and check(line) < 0:
+                raise ValueError("checksum mismatch")
+            record = loads(line)
+            if record["seq"] != seq:
+                raise ValueError(f"expected seq {seq}, found {record['seq']}")
+            rows.append(
+                (seq, float(record["ts"]), record["kind"], record["data"], record.get("run_id"))
+            )
+        except (ValueError, KeyError, TypeError, RecursionError) as exc:
+            raise StoreCorruptError(
+                f"{path}: byte {offset + pos}: session {session_id!r}: damaged event record ({exc})"
+            ) from exc
+        seq += 1
+        pos += len(line) + 1
+    return rows
 
 
 class Codec:

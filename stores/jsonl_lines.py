@@ -30,6 +30,7 @@ from .jsonl_format import (
     Header,
     Row,
     Scan,
+    decode_lines,
     encode_header,
     json_str,
     stop_unless_committed,
@@ -162,14 +163,9 @@ class Plain(Codec):
                     return stop_unless_committed(
                         result, data, base, pos, "batch count mismatch", path, commit_line
                     )
-                result.offsets.extend(pending)
-                result.batch_ends.append(expected)
-                for run_id, seq in pending_runs:
-                    known = result.runs.get(run_id)
-                    result.runs[run_id] = (seq if known is None else known[0], seq)
-                result.last_ts = float(match.group(2))
-                result.head = expected
-                result.end = base + nl + 1
+                result.add_batch(
+                    pending, pending_runs, expected, float(match.group(2)), base + nl + 1
+                )
                 pending, pending_runs = [], []
             expected += 1
             pos = nl + 1
@@ -178,28 +174,7 @@ class Plain(Codec):
     def decode(
         self, data: bytes, session_id: str, first_seq: int, path: str, offset: int
     ) -> list[Row]:
-        rows = []
-        loads = json.loads
-        seq = first_seq
-        pos = 0
-        for line in data.split(b"\n")[:-1]:
-            try:
-                if checked(line) < 0:
-                    raise ValueError("checksum mismatch")
-                record = loads(line)
-                if record["seq"] != seq:
-                    raise ValueError(f"expected seq {seq}, found {record['seq']}")
-                rows.append(
-                    (seq, float(record["ts"]), record["kind"], record["data"], record.get("run_id"))
-                )
-            except (ValueError, KeyError, TypeError, RecursionError) as exc:
-                raise StoreCorruptError(
-                    f"{path}: byte {offset + pos}: session {session_id!r}: damaged event "
-                    f"record ({exc})"
-                ) from exc
-            seq += 1
-            pos += len(line) + 1
-        return rows
+        return decode_lines(data, session_id, first_seq, path, offset, checked)
 
     def raw(self, data: bytes, path: str, offset: int) -> list[tuple[str, str, str | None]]:
         rows = []

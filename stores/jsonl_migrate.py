@@ -46,6 +46,7 @@ from .jsonl_format import (
     Header,
     Row,
     Scan,
+    decode_lines,
     encode_header,
     json_str,
     stop_unless_committed,
@@ -140,15 +141,9 @@ class V1(Codec):
                     return stop_unless_committed(
                         result, data, base, pos, "checksum mismatch", path, _commit_line_v1
                     )
-                result.offsets.extend(pending)
-                result.batch_ends.append(expected)
-                for run_id, seq in pending_runs:
-                    known = result.runs.get(run_id)
-                    result.runs[run_id] = (seq if known is None else known[0], seq)
                 ts = _TS.search(line)
-                result.last_ts = float(ts.group(1)) if ts else None
-                result.head = expected
-                result.end = base + nl + 1
+                last_ts = float(ts.group(1)) if ts else None
+                result.add_batch(pending, pending_runs, expected, last_ts, base + nl + 1)
                 pending, pending_runs = [], []
                 batch_start = nl + 1
             expected += 1
@@ -158,25 +153,7 @@ class V1(Codec):
     def decode(
         self, data: bytes, session_id: str, first_seq: int, path: str, offset: int
     ) -> list[Row]:
-        rows = []
-        seq = first_seq
-        pos = 0
-        for line in data.split(b"\n")[:-1]:
-            try:
-                record = json.loads(line)
-                if record["seq"] != seq:
-                    raise ValueError(f"expected seq {seq}, found {record['seq']}")
-                rows.append(
-                    (seq, float(record["ts"]), record["kind"], record["data"], record.get("run_id"))
-                )
-            except (ValueError, KeyError, TypeError, RecursionError) as exc:
-                raise StoreCorruptError(
-                    f"{path}: byte {offset + pos}: session {session_id!r}: damaged event "
-                    f"record ({exc})"
-                ) from exc
-            seq += 1
-            pos += len(line) + 1
-        return rows
+        return decode_lines(data, session_id, first_seq, path, offset)
 
     def raw(self, data: bytes, path: str, offset: int) -> list[tuple[str, str, str | None]]:
         rows = []
