@@ -69,6 +69,9 @@ EXPECTED = {
 #: Workloads whose every measured row must have a value.
 MEASURED = ("W1", "W1b", "W2", "W3", "W4", "W5", "W6", "W8", "W10")
 STATUSES = {"met", "MISSED", "reference", "baseline", "alternative", "-", "no data"}
+#: W9's rows against the raw loop's own lag may read "n/a (no reference)": at this scale a
+#: raw loop can finish before its lag probe takes a sample, leaving no ratio to judge.
+NO_REFERENCE = ("W9", "n/a (no reference)")
 
 
 def run_bench(out: Path, *options: str) -> subprocess.CompletedProcess[str]:
@@ -127,6 +130,9 @@ def test_bench_runs_at_tiny_scale(tmp_path: Path) -> None:
         best_of = (row["reference"] or {}).get("best_of")
         if row["reference"] is None and "the best alternative" in row["label"]:
             assert row["status"] == "n/a (no alternative installed)", row
+            continue
+        if (row["workload"], row["status"]) == NO_REFERENCE:
+            assert row["value"] is not None, row
             continue
         assert row["status"] in STATUSES, row
         if row["workload"] in MEASURED:
