@@ -116,13 +116,11 @@ class SessionWriter:
 
         Raises (nothing accepted): as :meth:`append` before its commit.
         """
-        actor = self._live_actor()
-        check_seq(expected_head, "expected_head", allow_none=True)
-        prepared = prepare_events(events)
-        write = actor.append_nowait(prepared, expected_head, urgent=False)
-        if write is None:
-            return actor.accepted_head + 1, actor.accepted_head
-        return write.first, write.last
+        if self._closed:  # _live_actor(), inline: this runs for every event of a stream
+            self._live_actor()
+        if expected_head is not None:
+            check_seq(expected_head, "expected_head")
+        return self._actor.append_nowait(prepare_events(events), expected_head, urgent=False)
 
     async def wait_committed(self) -> None:
         """Return when every write accepted before the call is committed (visible to every

@@ -84,6 +84,26 @@ async def test_append_nowait_returns_range_and_commits_soon(rt: Runtime) -> None
         assert [e.data for e in await w.read()] == [{"i": 1}, {"i": 2}, {"i": 3}]
 
 
+async def test_one_event_nowait_appends_share_one_queued_write(rt: Runtime) -> None:
+    """A stream of one-event append_nowait calls is queued as one write (no per-call
+    bookkeeping), each call still gets its own seq, and they commit once, in order, with
+    a multi-event call and an awaited append between them."""
+    async with rt.open_session("s") as w:
+        actor = w._actor
+        assert [w.append_nowait([ev(i)]) for i in range(1, 6)] == [(i, i) for i in range(1, 6)]
+        assert len(actor._pending) == 1
+        assert w.append_nowait([ev(6), ev(7)]) == (6, 7)  # a multi-event call: its own write
+        assert w.append_nowait([ev(8)]) == (8, 8)
+        assert len(actor._pending) == 2
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(w.append, [ev(9)])
+            await trio.testing.wait_all_tasks_blocked()
+            assert w.append_nowait([ev(10)]) == (10, 10)
+        await w.flush()
+        assert [num(e, "i") for e in await w.read()] == list(range(1, 11))
+        assert [e.seq for e in await w.read()] == list(range(1, 11))
+
+
 async def test_expected_head_checked_against_accepted_head(rt: Runtime) -> None:
     """expected_head is compared with the last accepted seq; a mismatch queues nothing."""
     async with rt.open_session("s") as w:

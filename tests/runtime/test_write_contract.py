@@ -66,6 +66,17 @@ async def scenario_append_nowait(c: Caller, stack: AsyncExitStack) -> None:
         await c.call(attempt, functools.partial(c.log("s").extend, tags))
 
 
+async def scenario_nowait_stream(c: Caller, stack: AsyncExitStack) -> None:
+    # One-event appends join one queued write; an awaited append and a flush sit between.
+    w = await _writer(stack, c.rt, "s")
+    for i in range(4):
+        for j in range(3):
+            w.append_nowait([ev(f"s{i}.{j}")])
+            c.log("s").append(f"s{i}.{j}")
+        await _append(c, w, [f"s{i}.a"])
+        await c.call(w.flush, list)
+
+
 async def scenario_flush(c: Caller, stack: AsyncExitStack) -> None:
     w = await _writer(stack, c.rt, "s")
     for i in range(4):
@@ -141,6 +152,7 @@ async def scenario_runtime_flush(c: Caller, stack: AsyncExitStack) -> None:
 SCENARIOS: dict[str, Scenario] = {
     "append": scenario_append,
     "append_nowait": scenario_append_nowait,
+    "nowait_stream": scenario_nowait_stream,
     "flush": scenario_flush,
     "truncate": scenario_truncate,
     "replace": scenario_replace,
