@@ -10,6 +10,12 @@ The *floor* is what any awaited append of the payload must do on the trio thread
 the payload (the stdlib's compact JSON, as the raw systems of the other workloads) and
 pass one checkpoint (``await`` of an awaited append is a trip through the scheduler).
 
+``--system w1b-jsonl`` and ``--system w1b-rawfile`` measure W1b's loop instead, per
+event: one-event ``append_nowait`` calls with a ``flush`` every 100 on a JSONL store
+(``synchronous="full"``), and its raw file reference (one JSON line per event, one
+``os.write`` and ``os.fsync`` per 100 lines in a worker thread). These count both
+threads; the fsync itself, a syscall, is not counted.
+
 Two ways to measure, the same program:
 
 * time: ``python -m bench.per_append`` prints us per append (median of
@@ -72,7 +78,67 @@ async def floor_loop(n: int) -> float:
     return time.perf_counter() - start
 
 
-_LOOPS = {"tidelog": tidelog_loop, "floor": floor_loop}
+async def w1b_jsonl_loop(n: int) -> float:
+    """Seconds that ``n`` events of W1b take on a JSONL store (``synchronous="full"``):
+    ``append_nowait`` of one event each, ``flush`` every 100 (``n``: a multiple of 100)."""
+    with tempfile.TemporaryDirectory(prefix="tidelog-w1b-") as tmp:
+        store = Path(tmp) / "store.jsonl"
+        store.mkdir()
+        async with (
+            open_runtime(store, synchronous="full") as rt,
+            rt.open_session("s", mode="write") as w,
+        ):
+
+            async def events(count: int) -> None:
+                for i in range(1, count + 1):
+                    w.append_nowait([NewEvent("message", PAYLOAD)])
+                    if i % 100 == 0:
+                        await w.flush()
+
+            await events(WARM_UP)
+            start = time.perf_counter()
+            await events(n)
+            return time.perf_counter() - start
+
+
+async def w1b_rawfile_loop(n: int) -> float:
+    """Seconds that ``n`` events of W1b's raw file reference take: one JSON line each,
+    one ``os.write`` and one ``os.fsync`` per 100 lines in a worker thread."""
+    with tempfile.TemporaryDirectory(prefix="tidelog-w1b-") as tmp:
+        fd = os.open(Path(tmp) / "raw.jsonl", os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        limiter = trio.CapacityLimiter(1)
+        seq = 0
+
+        def commit(data: bytes) -> None:
+            os.write(fd, data)
+            os.fsync(fd)
+
+        async def events(count: int) -> None:
+            nonlocal seq
+            for _ in range(count // 100):
+                lines = []
+                for _ in range(100):
+                    seq += 1
+                    lines.append(f'{{"seq":{seq},"data":{encode_payload(PAYLOAD)}}}\n'.encode())
+                await trio.to_thread.run_sync(commit, b"".join(lines), limiter=limiter)
+
+        try:
+            await events(WARM_UP)
+            start = time.perf_counter()
+            await events(n)
+            return time.perf_counter() - start
+        finally:
+            os.close(fd)
+
+
+_LOOPS = {
+    "tidelog": tidelog_loop,
+    "floor": floor_loop,
+    "w1b-jsonl": w1b_jsonl_loop,
+    "w1b-rawfile": w1b_rawfile_loop,
+}
+#: What ``python -m bench.per_append`` measures unless ``--system`` says otherwise.
+_DEFAULT = ("tidelog", "floor")
 
 
 def callgrind_per_append(system: str, n: int) -> float:
@@ -121,22 +187,31 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.per_append", description=__doc__)
     parser.add_argument("--callgrind", action="store_true", help="count instructions")
     parser.add_argument("--appends", type=int, default=None, help="appends per run")
+    parser.add_argument(
+        "--system",
+        action="append",
+        choices=sorted(_LOOPS),
+        help="what to measure (repeatable; default: tidelog and floor). The w1b-* loops "
+        "are W1b on the JSONL store and its raw file reference, per event, both threads",
+    )
     parser.add_argument("--run", nargs=2, metavar=("SYSTEM", "N"), help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.run is not None:  # the program callgrind measures
         system, count = args.run
         trio.run(_LOOPS[system], int(count))
         return 0
-    for system in _LOOPS:
+    for system in args.system or _DEFAULT:
         if args.callgrind:
             n = args.appends or 1000
             per = callgrind_per_append(system, n)
-            print(f"{system}: {per:,.0f} instructions per awaited append ({n} appends)")
+            unit = "event" if system.startswith("w1b") else "awaited append"
+            print(f"{system}: {per:,.0f} instructions per {unit} ({n} {unit}s)")
         else:
             n = args.appends or 20_000
             times = [trio.run(_LOOPS[system], n) for _ in range(REPEATS)]
             per_us = statistics.median(times) / n * 1e6
-            print(f"{system}: {per_us:.2f} us per awaited append (median of {REPEATS})")
+            unit = "event" if system.startswith("w1b") else "awaited append"
+            print(f"{system}: {per_us:.2f} us per {unit} (median of {REPEATS})")
     return 0
 
 
