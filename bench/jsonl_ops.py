@@ -5,17 +5,23 @@ one-event append (the bench payload, leased, with ``expected_head``) for each of
 sessions, 50 batches per measurement, best of 7, ``synchronous="normal"``, no event
 loop and no other thread competing for the GIL. It prints microseconds per op: the share
 of W2's per-event cost that the JSONL write path (``stores/jsonl*``) decides.
+
+Beside it, measured the same way in the same run, the raw file reference's share: what
+W2's raw loop does per op in its thread, one ``os.write`` of the op's line to its
+session's file (opened ``O_APPEND`` beforehand), the line encoded beforehand as the raw
+loop encodes it on the event loop.
 """
 
 from __future__ import annotations
 
+import os
 import sys
 import tempfile
 import time
 
 from stores import AppendOp, JsonlStore, NewEvent, prepare_events
 
-from .core import PAYLOAD
+from .core import PAYLOAD, encode_payload
 
 SESSIONS = 100
 BATCHES = 50
@@ -50,9 +56,36 @@ def measure(root: str) -> float:
         store.close()
 
 
+def measure_raw(root: str) -> float:
+    """Best-of-:data:`ROUNDS` microseconds per op of the raw loop's thread on the same
+    shape: one ``os.write`` of one line to each of :data:`SESSIONS` files per batch."""
+    os.mkdir(root)
+    fds = [
+        os.open(os.path.join(root, f"session-{i}.jsonl"), os.O_WRONLY | os.O_APPEND | os.O_CREAT)
+        for i in range(SESSIONS)
+    ]
+    try:
+        line = f'{{"seq":1,"data":{encode_payload(PAYLOAD)}}}\n'.encode()
+        best = float("inf")
+        for _ in range(ROUNDS):
+            start = time.perf_counter()
+            for _ in range(BATCHES):
+                for fd in fds:
+                    os.write(fd, line)
+            best = min(best, time.perf_counter() - start)
+        return best / (BATCHES * SESSIONS) * 1e6
+    finally:
+        for fd in fds:
+            os.close(fd)
+
+
 def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
-        print(f"{measure(tmp + '/store'):.2f} us per op (best of {ROUNDS})")
+        store = measure(tmp + "/store")
+        raw = measure_raw(tmp + "/raw")
+    print(f"tidelog JSONL write_batch: {store:.2f} us per op (best of {ROUNDS})")
+    print(f"raw file os.write:         {raw:.2f} us per op (best of {ROUNDS})")
+    print(f"ratio (raw / JSONL):       {raw / store:.2f}x")
     sys.stdout.flush()
 
 

@@ -31,6 +31,7 @@ from typing import Any, Literal
 import trio
 
 from runtime import NewEvent, Runtime, open_runtime
+from stores import Store
 
 from ..alternatives import ALL as ALTERNATIVES
 from ..alternatives import Alternative
@@ -243,7 +244,9 @@ def _raw_case(
 Level = Literal["normal", "full"]
 
 
-async def _tidelog_main(path: Path | str, synchronous: Level, sessions: int, appends: int) -> _Run:
+async def _tidelog_main(
+    path: Path | str | Store, synchronous: Level, sessions: int, appends: int
+) -> _Run:
     async with open_runtime(path, synchronous=synchronous) as rt:
         gate = Gate(sessions)
 

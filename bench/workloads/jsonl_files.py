@@ -15,6 +15,11 @@ commit, like the raw apsw reference), and ``os.fsync`` where the level asks for 
 * W3: a fresh process opens the file, reads it whole and decodes every line;
 * W5: the file's bytes per event (JSONL: every file of the store directory).
 
+W2 NORMAL also runs the tidelog clients on a ``MemoryStore`` runtime, shown against the
+raw file loop without a target: the runtime's share of W2 with a store that costs next to
+nothing (no thread hop, no file), so that the JSONL row's distance from it is the store
+thread's share.
+
 Targets (issue 19): JSONL >= 0.8x the raw file reference on W1b and W2.
 """
 
@@ -29,6 +34,8 @@ from pathlib import Path
 from typing import Any
 
 import trio
+
+from stores import MemoryStore
 
 from ..core import PAYLOAD, CaseContext, Metrics, Row, Target, case, encode_payload, rows
 from ..procs import run_worker, worker
@@ -206,6 +213,16 @@ def _jsonl_w2(level: group_commit.Level) -> Callable[[CaseContext], Metrics]:
     return run
 
 
+def _memory_w2(ctx: CaseContext) -> Metrics:
+    sessions, appends = group_commit.shape(ctx)
+    return group_commit._repeat(
+        ctx,
+        lambda _: trio.run(group_commit._tidelog_main, MemoryStore(), "normal", sessions, appends),
+    )
+
+
+case("W2/memory-normal", system="tidelog on MemoryStore (the runtime alone)")(_memory_w2)
+
 _W2_LEVELS: tuple[tuple[group_commit.Level, str], ...] = (("full", "FULL"), ("normal", "NORMAL"))
 for _w2_level, _upper in _W2_LEVELS:
     case(f"W2/rawfile-{_w2_level}", system=f"raw file group-commit ({_upper})")(
@@ -349,6 +366,16 @@ for _level, _upper in (("full", "FULL"), ("normal", "NORMAL")):
             reference=(f"W2/tidelog-{_level}", _E),
         ),
     )
+rows(
+    Row(
+        "W2",
+        f"{_W2}, NORMAL: files",
+        "W2/memory-normal",
+        _E,
+        "events/s",
+        reference=("W2/rawfile-normal", _E),
+    ),
+)
 rows(
     Row("W3", f"{_W3}: files", "W3/rawfile", "load_ms", "ms", note="reference"),
     Row("W3", f"{_W3}: files", "W3/jsonl", "load_ms", "ms", reference=("W3/rawfile", "load_ms")),
