@@ -10,6 +10,13 @@ Beside it, measured the same way in the same run, the raw file reference's share
 W2's raw loop does per op in its thread, one ``os.write`` of the op's line to its
 session's file (opened ``O_APPEND`` beforehand), the line encoded beforehand as the raw
 loop encodes it on the event loop.
+
+And the *floor*: the least a store thread written in Python can do per op and keep the
+contract's promises for an append -- the owner and expected-head checks, the next seq,
+the format 2 line with its time, kind, commit mark and CRC-32, the ``os.write``, the
+seq-to-offset index and an undo record -- with no store around it: one loop over
+``__slots__`` records. Not a store (no locks, no files created, no undo run); it bounds
+what rewriting the JSONL write path in Python could gain.
 """
 
 from __future__ import annotations
@@ -18,6 +25,8 @@ import os
 import sys
 import tempfile
 import time
+import zlib
+from array import array
 
 from stores import AppendOp, JsonlStore, NewEvent, prepare_events
 
@@ -79,12 +88,74 @@ def measure_raw(root: str) -> float:
             os.close(fd)
 
 
+class _FloorSession:
+    """What the floor loop keeps per session: the file, the head, the end, the index."""
+
+    __slots__ = ("end", "fd", "head", "offsets", "owner")
+
+    def __init__(self, fd: int) -> None:
+        self.fd = fd
+        self.owner = "bench"
+        self.head = 0
+        self.end = 0
+        self.offsets = array("q")
+
+
+def measure_floor(root: str) -> float:
+    """Best-of-:data:`ROUNDS` microseconds per op of the floor loop (see the module doc)
+    on the same shape as :func:`measure`."""
+    os.mkdir(root)
+    sessions = {
+        f"session-{i}": _FloorSession(
+            os.open(
+                os.path.join(root, f"session-{i}.jsonl"), os.O_WRONLY | os.O_APPEND | os.O_CREAT
+            )
+        )
+        for i in range(SESSIONS)
+    }
+    try:
+        [event] = prepare_events([NewEvent("message", PAYLOAD)])
+        best = float("inf")
+        for _ in range(ROUNDS):
+            start = time.perf_counter()
+            for _ in range(BATCHES):
+                ops = [(name, event, s.head, "bench") for name, s in sessions.items()]
+                now = time.time()
+                undo: list[tuple[_FloorSession, int]] = []
+                results: list[int | None] = []
+                for name, ev, expected, owner in ops:
+                    s = sessions[name]
+                    if s.owner != owner or expected != s.head:
+                        results.append(None)
+                        continue
+                    seq = s.head + 1
+                    line = (
+                        f'{{"seq":{seq},"ts":{now!r},"kind":"{ev.kind}",'
+                        f'"data":{ev.data_json},"end":1'
+                    ).encode()
+                    line += b',"crc":%d}\n' % zlib.crc32(line)
+                    at = s.end
+                    os.write(s.fd, line)
+                    undo.append((s, at))
+                    s.offsets.append(at)
+                    s.head = seq
+                    s.end = at + len(line)
+                    results.append(seq)
+            best = min(best, time.perf_counter() - start)
+        return best / (BATCHES * SESSIONS) * 1e6
+    finally:
+        for s in sessions.values():
+            os.close(s.fd)
+
+
 def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         store = measure(tmp + "/store")
         raw = measure_raw(tmp + "/raw")
+        floor = measure_floor(tmp + "/floor")
     print(f"tidelog JSONL write_batch: {store:.2f} us per op (best of {ROUNDS})")
     print(f"raw file os.write:         {raw:.2f} us per op (best of {ROUNDS})")
+    print(f"floor in Python:           {floor:.2f} us per op (best of {ROUNDS})")
     print(f"ratio (raw / JSONL):       {raw / store:.2f}x")
     sys.stdout.flush()
 
