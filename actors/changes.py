@@ -3,7 +3,7 @@
 In-process commits are announced by the group-commit writer right after they land.
 Commits by other processes -- other hosts, with PostgreSQL -- are found two ways:
 
-* **the store's change feed**, if it has one (:mod:`stores.listening`: PostgreSQL's
+* **the store's change feed**, if it has one (:mod:`stores._listening`: PostgreSQL's
   ``LISTEN``/``NOTIFY``). A thread of the hub's own blocks in the feed's ``wait`` and
   hands each notification to the trio thread, which wakes the waiters of the sessions it
   names -- or every waiter when it says "anything may have changed" (after the feed
@@ -25,7 +25,7 @@ from collections.abc import Callable, Iterable
 import trio
 
 from stores import TidelogError
-from stores.listening import ChangeListener, listener_factory
+from stores._listening import ChangeListener, listener_factory
 
 from .lane import StoreLane
 

@@ -56,7 +56,7 @@ from stores import (
     UnwrittenError,
     WriteOp,
 )
-from stores.records import decode_json
+from stores._records import decode_json
 
 from .pending import GroupWrite, PendingWrite, WriteKind
 

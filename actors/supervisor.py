@@ -36,8 +36,8 @@ from stores import (
     TidelogError,
     UnwrittenError,
 )
-from stores.leases import local_holder
-from stores.records import decode_json_object
+from stores._leases import local_holder
+from stores._records import decode_json_object
 
 from .lane import StoreLane
 from .session import ActorState, SessionActor

@@ -10,7 +10,7 @@ writer or readers; the writer restarts the WAL at its next commit after a comple
 Durability is unchanged: a commit is durable (or not yet) in the WAL exactly as before.
 The writer restarts the WAL at a commit that finds it completely checkpointed (after any
 pause in writing); under a continuous stream of commits the commit that leaves
-:data:`stores.sqlite.CHECKPOINT_FALLBACK_PAGES` frames finishes the job itself (copying
+:data:`stores.sqlite._store.CHECKPOINT_FALLBACK_PAGES` frames finishes the job itself (copying
 only what this task has not), so the WAL stays bounded regardless.
 """
 

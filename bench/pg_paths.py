@@ -1,14 +1,14 @@
 """``python -m bench.pg_paths [DSN]``: how to send a batch of appends to PostgreSQL.
 
-A measurement behind a design choice of :mod:`stores.postgres_ops`, not part of the
+A measurement behind a design choice of :mod:`stores.postgres._ops`, not part of the
 table of ``python -m bench``. Every variant commits the same batch -- ``n`` appends of
 one event each to ``n`` distinct existing sessions, heads checked and moved, with
 ``synchronous_commit = off`` -- into tidelog's own tables, on one connection:
 
-* ``one statement, one each``: :data:`stores.postgres_ops.APPEND_ONE_EACH`, what the store
+* ``one statement, one each``: :data:`stores.postgres._ops.APPEND_ONE_EACH`, what the store
   runs for the usual batch (one event per op, existing sessions, one owner): the locks,
   the checks and every write in one statement, its own transaction (1 round trip);
-* ``one statement (general)``: :data:`stores.postgres_ops.APPEND_MANY`, what it runs for
+* ``one statement (general)``: :data:`stores.postgres._ops.APPEND_MANY`, what it runs for
   any other batch of appends to distinct sessions (several events per op, new sessions);
 * ``transaction + executemany``: BEGIN; lock and read the heads; ``executemany`` the
   events and the heads; COMMIT (psycopg sends each statement of ``executemany`` in one
@@ -35,9 +35,8 @@ from typing import Any
 
 import psycopg
 
-from stores import AppendOp, prepare_events
-from stores import postgres_ops as pgops
-from stores.postgres import PostgresStore
+from stores import AppendOp, PostgresStore, prepare_events
+from stores.postgres import _ops as pgops
 
 from .core import PAYLOAD, encode_payload
 

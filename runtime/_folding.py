@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from stores import JSON, Pin, Store, TidelogError
-from stores.records import decode_json, encode_json
+from stores._records import decode_json, encode_json
 
 from ._projections import Projection
 

@@ -31,7 +31,7 @@ import attrs
 import trio
 
 from stores import JSON, NewEvent, SessionOwnedError, Store, TidelogError
-from stores.leases import holder_is_dead, local_holder
+from stores._leases import holder_is_dead, local_holder
 
 if TYPE_CHECKING:
     from ._runtime import Runtime

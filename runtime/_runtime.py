@@ -48,10 +48,10 @@ from stores import (
     validate_session_id,
 )
 from stores._checks import check_list_args
-from stores.records import MAX_ID_LENGTH, check_count, check_flag, validate_header
-from stores.sqlite_schema import Synchronous
-from stores.sqlite_schema import check_options as check_sqlite_options
-from stores.urls import open_store
+from stores._records import MAX_ID_LENGTH, check_count, check_flag, validate_header
+from stores._urls import open_store
+from stores.sqlite._schema import Synchronous
+from stores.sqlite._schema import check_options as check_sqlite_options
 
 from ._folding import Watch
 from ._groups import plain_errors
@@ -668,7 +668,7 @@ async def open_runtime(
     ``target`` is a database path (an embedded :class:`~stores.SqliteStore` is opened with
     ``synchronous`` and ``busy_timeout_ms``, and closed at exit; an existing directory
     opens a :class:`~stores.JsonlStore` the same way), a PostgreSQL URL
-    ``postgresql://...`` or ``postgres://...`` (a :class:`~stores.postgres.PostgresStore`,
+    ``postgresql://...`` or ``postgres://...`` (a :class:`~stores.PostgresStore`,
     likewise; a ``schema`` query parameter chooses its schema, see ``docs/many-machines.md``)
     or any :class:`~stores.Store` instance (used as is; the caller keeps owning it).
 
@@ -701,7 +701,7 @@ async def open_runtime(
         poll_interval,
         publish_statistics,
     )
-    if isinstance(target, str | os.PathLike):  # an address: stores.urls decides the backend
+    if isinstance(target, str | os.PathLike):  # an address: stores._urls decides the backend
         store: Store = await trio.to_thread.run_sync(
             functools.partial(
                 open_store,

@@ -2,7 +2,7 @@
 
 A backend (memory, SQLite, PostgreSQL...) provides storage: how to open a transaction,
 how to make one op atomic inside it, what its driver's errors mean. The rules of the
-:class:`~stores.contract.Store` contract that do not depend on storage live here:
+:class:`~stores._contract.Store` contract that do not depend on storage live here:
 
 * :func:`check_ops` -- what ``write_batch`` accepts, checked before anything is written;
 * :func:`run_batch` -- the order and failure rules of a batch, given the backend's
@@ -25,7 +25,7 @@ from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager
 from typing import TypeVar
 
-from .contract import (
+from ._contract import (
     AppendOp,
     BatchResult,
     DeleteOp,
@@ -35,8 +35,8 @@ from .contract import (
     TruncateOp,
     WriteOp,
 )
-from .errors import ConflictError, InvalidArgumentError, InvalidEventError, TidelogError
-from .records import (
+from ._errors import ConflictError, InvalidArgumentError, InvalidEventError, TidelogError
+from ._records import (
     _KNOWN_IDS,
     NewEvent,
     PreparedEvent,
@@ -72,8 +72,8 @@ def check_ops(ops: object, sync: object = False) -> None:
     """Check the arguments of ``write_batch``: a sequence of well-formed write ops, and
     the ``sync`` flag.
 
-    Raises :class:`~stores.errors.InvalidArgumentError` (or its subclasses
-    :class:`~stores.errors.InvalidSessionIdError`, :class:`~stores.errors.InvalidEventError`)
+    Raises :class:`~stores._errors.InvalidArgumentError` (or its subclasses
+    :class:`~stores._errors.InvalidSessionIdError`, :class:`~stores._errors.InvalidEventError`)
     before anything is written."""
     if type(ops) is not list and (not isinstance(ops, Sequence) or isinstance(ops, str | bytes)):
         raise InvalidArgumentError(f"ops must be a sequence, not {type(ops).__name__}")
@@ -143,7 +143,7 @@ def _check_member(op: object, *, in_group: bool) -> None:
 def _check_restore(op: RestoreOp) -> None:
     """What a :class:`RestoreOp` adds to an append's checks: one finite float commit time
     per event, finite session times, a JSON object header in canonical text (as
-    :func:`~stores.records.encode_json` writes it), a well-formed parent."""
+    :func:`~stores._records.encode_json` writes it), a well-formed parent."""
     name = "RestoreOp"
     if not isinstance(op.stamps, tuple) or len(op.stamps) != len(op.events):
         raise InvalidArgumentError(f"{name}.stamps must be a tuple of one time per event")
@@ -238,7 +238,7 @@ def run_batch(
     permanent: Callable[[H, WriteOp, Exception], TidelogError | None] | None = None,
 ) -> list[BatchResult]:
     """Apply checked ops (:func:`check_ops`) in order in one transaction: the rules of
-    :meth:`Store.write_batch <stores.contract.Store.write_batch>`, for any backend.
+    :meth:`Store.write_batch <stores._contract.Store.write_batch>`, for any backend.
 
     The backend provides:
 
@@ -295,13 +295,13 @@ class BatchingStore:
     backend only writes ``write_batch`` (and the rest of the contract)."""
 
     def write_batch(self, ops: Sequence[WriteOp], *, sync: bool = False) -> list[BatchResult]:
-        """See :meth:`Store.write_batch <stores.contract.Store.write_batch>`."""
+        """See :meth:`Store.write_batch <stores._contract.Store.write_batch>`."""
         raise NotImplementedError
 
     def append(
         self, session_id: str, events: Sequence[NewEvent], *, expected_head: int | None = None
     ) -> int:
-        """See :meth:`Store.append <stores.contract.Store.append>`: one op of one batch."""
+        """See :meth:`Store.append <stores._contract.Store.append>`: one op of one batch."""
         validate_session_id(session_id)
         check_seq(expected_head, "expected_head", allow_none=True)
         prepared = tuple(prepare_events(events))
@@ -311,6 +311,6 @@ class BatchingStore:
         return result
 
     def sync(self) -> None:
-        """See :meth:`Store.sync <stores.contract.Store.sync>`: an empty batch with
+        """See :meth:`Store.sync <stores._contract.Store.sync>`: an empty batch with
         ``sync=True``."""
         self.write_batch([], sync=True)

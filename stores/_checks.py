@@ -3,7 +3,7 @@
 Store methods check their arguments with these before touching storage (fork's
 ``at_seq`` excepted, see :func:`check_fork`), so every backend refuses the same values
 with the same error. The seq, count, flag and id checks underneath are in
-:mod:`stores.records`; the checks of ``write_batch``'s ops in :mod:`stores._batching`.
+:mod:`stores._records`; the checks of ``write_batch``'s ops in :mod:`stores._batching`.
 """
 
 from __future__ import annotations
@@ -11,9 +11,9 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
-from .contract import Pin
-from .errors import InvalidArgumentError, SessionExistsError, SessionNotFoundError
-from .records import (
+from ._contract import Pin
+from ._errors import InvalidArgumentError, SessionExistsError, SessionNotFoundError
+from ._records import (
     _CONTROL,
     JSON,
     MAX_ID_LENGTH,
@@ -61,7 +61,7 @@ def check_text(value: object, name: str, *, max_length: int = MAX_ID_LENGTH) -> 
 
 def check_pin_arg(pin: object) -> Pin:
     """Check a :class:`Pin` argument: its session id, and seq, incarnation and epoch
-    within ``0 ..`` :data:`~stores.records.MAX_SEQ` (a pin comes from :meth:`Store.pin`,
+    within ``0 ..`` :data:`~stores._records.MAX_SEQ` (a pin comes from :meth:`Store.pin`,
     but can be built by hand)."""
     if not isinstance(pin, Pin):
         raise InvalidArgumentError(f"pin must be a Pin, not {type(pin).__name__}")
@@ -161,7 +161,7 @@ _ORDERS = ("id", "updated")
 
 def check_list_args(limit: object, prefix: object, after: object, order: object) -> None:
     """Check :meth:`Store.list_sessions`'s arguments: ``limit`` (a count), ``prefix``
-    (``None`` or a ``str`` of at most :data:`~stores.records.MAX_ID_LENGTH` characters
+    (``None`` or a ``str`` of at most :data:`~stores._records.MAX_ID_LENGTH` characters
     without lone surrogates; it may hold anything else, and matches nothing if no id can
     start with it), ``after`` (``None`` or a valid session id), ``order`` (``"id"`` or
     ``"updated"``; ``after`` only with ``"id"``)."""
@@ -201,7 +201,7 @@ def prefix_end(prefix: str) -> str | None:
 
 def check_session_ids(session_ids: object) -> list[str]:
     """Check a sequence of session ids (not a str, whose characters would pass for ids):
-    the ids, each validated (:func:`~stores.records.validate_session_id`)."""
+    the ids, each validated (:func:`~stores._records.validate_session_id`)."""
     if not isinstance(session_ids, Sequence) or isinstance(session_ids, str | bytes):
         raise InvalidArgumentError(
             f"session_ids must be a sequence of ids, not {type(session_ids).__name__}"

@@ -36,7 +36,7 @@ def pg_where(pg_schema: tuple[str, str]) -> tuple[str, str]:
 def pg_open(pg_where: tuple[str, str]) -> Iterator[Callable[..., Any]]:
     """Open PostgresStores on the test's schema (each a connection of its own: another
     host); all closed at teardown. ``dsn=`` and ``schema=`` override the test's."""
-    from stores.postgres import PostgresStore
+    from stores import PostgresStore
 
     dsn, schema = pg_where
     opened: list[PostgresStore] = []

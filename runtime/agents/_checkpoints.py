@@ -38,7 +38,7 @@ from runtime import (
     TidelogError,
 )
 from stores import prepare_events
-from stores.records import MAX_ID_LENGTH, decode_json, encode_json
+from stores._records import MAX_ID_LENGTH, decode_json, encode_json
 
 from ._errors import RunExistsError, RunNotFoundError
 from ._transcript import Entry, entry_from_json, entry_from_stored, entry_to_event, entry_to_json

@@ -31,7 +31,7 @@ from runtime import (
     NewEvent,
 )
 from stores import prepare_events, validate_session_id
-from stores.records import decode_json, encode_json
+from stores._records import decode_json, encode_json
 
 from ._checkpoints import Checkpointer, check_run_id
 from ._transcript import (

@@ -24,7 +24,7 @@ import attrs
 import trio
 
 from stores import JSON
-from stores.records import decode_json, encode_json
+from stores._records import decode_json, encode_json
 
 from ._transcript import Entry
 

@@ -23,7 +23,7 @@ import jsonschema
 import pydantic
 
 from stores import JSON, InvalidArgumentError, TidelogError
-from stores.records import decode_json, encode_json
+from stores._records import decode_json, encode_json
 
 from ._schema import describe_errors, pydantic_type, strict_schema
 

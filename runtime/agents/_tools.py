@@ -23,7 +23,7 @@ import pydantic_core
 import trio
 
 from stores import JSON, InvalidArgumentError
-from stores.records import decode_json, encode_json
+from stores._records import decode_json, encode_json
 
 from ._models import UNPARSED_ARGUMENTS
 from ._schema import describe_errors, parse_docs, pydantic_type, strict_schema

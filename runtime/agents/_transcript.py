@@ -20,8 +20,8 @@ this code does not know*: such events are kept, never dropped, and round-trip ex
 
 Validation happens at construction, so a bad entry can never be built: every entry that
 exists can be appended to a session. Wrong field types raise
-:class:`~stores.errors.InvalidArgumentError` naming the entry kind and the field; JSON
-payloads that are not exactly JSON raise :class:`~stores.errors.InvalidEventError` (a
+:class:`~stores._errors.InvalidArgumentError` naming the entry kind and the field; JSON
+payloads that are not exactly JSON raise :class:`~stores._errors.InvalidEventError` (a
 subclass). JSON payloads (``ToolCall.arguments``, ``SidecarEntry.data``) are copied on the
 way in and on the way out, so an entry never shares mutable state with its caller; do not
 mutate them in place.
@@ -36,8 +36,8 @@ from typing import Any, ClassVar, Literal, TypeAlias
 
 import attrs
 
-from stores.errors import InvalidArgumentError, InvalidEventError
-from stores.records import JSON, MAX_ID_LENGTH, NewEvent, StoredEvent, decode_json, encode_json
+from stores._errors import InvalidArgumentError, InvalidEventError
+from stores._records import JSON, MAX_ID_LENGTH, NewEvent, StoredEvent, decode_json, encode_json
 
 __all__ = [
     "CONVERSATION_KINDS",
@@ -394,7 +394,7 @@ def entry_from_stored(event: StoredEvent) -> Entry:
     entry.
 
     Raises: as :func:`entry_from_event`; :class:`InvalidArgumentError` if ``event`` is not
-    a :class:`~stores.records.StoredEvent`.
+    a :class:`~stores._records.StoredEvent`.
     """
     if not isinstance(event, StoredEvent):
         raise InvalidArgumentError(f"expected a StoredEvent, not {type(event).__name__}")

@@ -38,8 +38,8 @@ from runtime import (
 )
 from runtime.agents import checkpoint_sessions
 from stores import JsonlStore, LeaseInfo
-from stores.leases import holder_is_dead
-from stores.urls import StoreKind
+from stores._leases import holder_is_dead
+from stores._urls import StoreKind
 
 from ._errors import EXIT_FOUND, CliError, Interrupted, leaf
 from ._opening import (
@@ -79,14 +79,14 @@ def format_version(kind: StoreKind) -> int:
     """The store format this tidelog writes on backend ``kind`` (what opening checked:
     an older one is migrated by a writer, a newer one refused)."""
     if kind == "sqlite":
-        from stores.sqlite_schema import SCHEMA_VERSION
+        from stores.sqlite._schema import SCHEMA_VERSION
 
         return SCHEMA_VERSION
     if kind == "jsonl":
-        from stores.jsonl_root import STORE_FORMAT
+        from stores.jsonl._root import STORE_FORMAT
 
         return STORE_FORMAT
-    from stores.postgres_schema import SCHEMA_VERSION as PG_SCHEMA_VERSION
+    from stores.postgres._schema import SCHEMA_VERSION as PG_SCHEMA_VERSION
 
     return PG_SCHEMA_VERSION
 

@@ -32,8 +32,8 @@ import attrs
 
 from runtime import JSON, SessionInfo, Store, StoredEvent, TidelogError
 from stores import LeaseInfo, NewEvent, RestoreOp, prepare_events
-from stores.leases import holder_is_dead
-from stores.records import encode_json, validate_session_id
+from stores._leases import holder_is_dead
+from stores._records import encode_json, validate_session_id
 
 from ._dump import DUMP_FORMAT, DUMP_VERSION
 from ._errors import EXIT_FOUND, CliError

@@ -2,12 +2,12 @@
 
 Every command takes a store *address* wherever it takes a database: a SQLite file, a
 JSONL store directory, or a ``postgresql://`` / ``postgres://`` URL (its ``schema`` query
-parameter chooses the schema) -- :func:`stores.urls.store_kind` decides which, here and
+parameter chooses the schema) -- :func:`stores._urls.store_kind` decides which, here and
 in :func:`runtime.open_runtime` alike.
 
 Read commands open the store read-only (:func:`open_reader`): it must exist, it is never
 created, migrated or written (for SQLite, no file is created beside it either: see
-:mod:`stores.sqlite_readonly`). Write commands open it normally through the runtime
+:mod:`stores.sqlite._readonly`). Write commands open it normally through the runtime
 (:func:`writing_runtime`), so leases keep them off sessions that a live writer holds.
 """
 
@@ -25,7 +25,7 @@ from types import FrameType
 import trio
 
 from runtime import Runtime, Store, open_runtime
-from stores.urls import StoreKind, is_postgres_url, open_store, store_kind
+from stores._urls import StoreKind, is_postgres_url, open_store, store_kind
 
 from ._errors import EXIT_INTERRUPTED, CliError, Interrupted
 
@@ -41,7 +41,7 @@ __all__ = [
     "writing_runtime",
 ]
 
-#: The file that marks a directory as a JSONL store (``stores.jsonl_root.MARKER``).
+#: The file that marks a directory as a JSONL store (``stores.jsonl._root.MARKER``).
 JSONL_MARKER = "tidelog-jsonl.json"
 
 

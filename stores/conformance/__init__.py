@@ -29,18 +29,17 @@ import time
 import pytest
 
 from stores import AppendOp, ConflictError, NewEvent, Store
-
-from ._support import _GOOD_PAYLOADS, _events, _prepared, _seqs, _strict_equal
-from .batches import BatchCases
-from .forks import ForkCases
-from .handles import HandleCases
-from .inputs import InputCases
-from .leases import LeaseAndPinCases
-from .limits import LimitCases
-from .listing import ListingCases
-from .log import LogCases
-from .readonly import ReadOnlyCases
-from .restore import RestoreCases
+from stores.conformance._support import _GOOD_PAYLOADS, _events, _prepared, _seqs, _strict_equal
+from stores.conformance.batches import BatchCases
+from stores.conformance.forks import ForkCases
+from stores.conformance.handles import HandleCases
+from stores.conformance.inputs import InputCases
+from stores.conformance.leases import LeaseAndPinCases
+from stores.conformance.limits import LimitCases
+from stores.conformance.listing import ListingCases
+from stores.conformance.log import LogCases
+from stores.conformance.readonly import ReadOnlyCases
+from stores.conformance.restore import RestoreCases
 
 __all__ = ["DurableStoreConformance", "StoreConformance"]
 
@@ -57,7 +56,7 @@ class StoreConformance(
     ReadOnlyCases,
     RestoreCases,
 ):
-    """Conformance cases for any :class:`~stores.contract.Store`.
+    """Conformance cases for any :class:`~stores._contract.Store`.
 
     Subclass it (as ``Test...``) and implement :meth:`make_store`.
     """

@@ -22,7 +22,7 @@ from stores import (
 
 __all__ = ["BatchCases"]
 
-from ._support import (
+from stores.conformance._support import (
     ConformanceBase,
     _events,
     _prepared,

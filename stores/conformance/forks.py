@@ -20,7 +20,7 @@ from stores import (
 
 __all__ = ["ForkCases"]
 
-from ._support import (
+from stores.conformance._support import (
     _QUICK,
     ConformanceBase,
     _events,

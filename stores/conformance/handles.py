@@ -17,7 +17,7 @@ from stores import (
 
 __all__ = ["HandleCases"]
 
-from ._support import (
+from stores.conformance._support import (
     _CLOSED_CALLS,
     _OPS,
     _QUICK,

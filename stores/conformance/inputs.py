@@ -18,9 +18,8 @@ from stores import (
 
 __all__ = ["InputCases"]
 
-from stores.records import MAX_NESTING
-
-from ._support import (
+from stores._records import MAX_NESTING
+from stores.conformance._support import (
     _BAD_IDS,
     _BAD_KINDS,
     _BAD_PAYLOADS,

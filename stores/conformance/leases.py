@@ -17,7 +17,7 @@ from stores import (
 
 __all__ = ["LeaseAndPinCases"]
 
-from ._support import (
+from stores.conformance._support import (
     ConformanceBase,
     _events,
     _prepared,

@@ -26,7 +26,7 @@ from stores import (
 
 __all__ = ["LimitCases"]
 
-from ._support import ConformanceBase, _events, _prepared, _seqs
+from stores.conformance._support import ConformanceBase, _events, _prepared, _seqs
 
 _TOO_BIG = MAX_SEQ + 1
 

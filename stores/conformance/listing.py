@@ -14,7 +14,7 @@ from stores import InvalidArgumentError, LeaseInfo, SessionInfo, Store
 
 __all__ = ["ListingCases"]
 
-from ._support import _QUICK, _WEIRD_IDS, ConformanceBase, _events
+from stores.conformance._support import _QUICK, _WEIRD_IDS, ConformanceBase, _events
 
 #: Ids around the edges of the code point order: case, accents, the last BMP character
 #: before the surrogates, the first after them, astral characters and U+10FFFF.

@@ -19,7 +19,7 @@ from stores import (
 
 __all__ = ["LogCases"]
 
-from ._support import (
+from stores.conformance._support import (
     ConformanceBase,
     _events,
     _seqs,

@@ -20,7 +20,7 @@ from stores import (
 
 __all__ = ["ReadOnlyCases"]
 
-from ._support import ConformanceBase, _events, _prepared, _seqs
+from stores.conformance._support import ConformanceBase, _events, _prepared, _seqs
 
 #: Every write method of the contract, with valid arguments on a store holding "s".
 _WRITES: dict[str, Callable[[Store], object]] = {

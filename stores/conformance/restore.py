@@ -22,11 +22,11 @@ from stores import (
     StoredEvent,
     prepare_events,
 )
-from stores.records import encode_json
+from stores._records import encode_json
 
 __all__ = ["RestoreCases"]
 
-from ._support import _JSON_VALUES, _QUICK, ConformanceBase, _events, _prepared
+from stores.conformance._support import _JSON_VALUES, _QUICK, ConformanceBase, _events, _prepared
 
 HEADER = encode_json({"title": "ünï", "forked_from": "p", "fork_seq": 2})
 

@@ -31,8 +31,8 @@ from runtime.agents._transcript import (
     entry_to_event,
     is_sidecar,
 )
-from stores.errors import InvalidArgumentError, InvalidEventError
-from stores.records import JSON, NewEvent, StoredEvent, prepare_events
+from stores._errors import InvalidArgumentError, InvalidEventError
+from stores._records import JSON, NewEvent, StoredEvent, prepare_events
 
 UNICODE = "héllo 世界 🌊 \u200b ñ"
 

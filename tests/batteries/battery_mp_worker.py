@@ -334,11 +334,11 @@ def main(argv: list[str] | None = None) -> None:
         # A process in another PID namespace on this host (a container sharing the hostname
         # and the volume): the pid its leases name does not exist in the parent's namespace.
         # Its namespace identity differs too, which is what lets the parent tell.
-        import stores.leases
+        import stores._leases
 
         fake_pid: int = args.fake_pid
         os.getpid = lambda: fake_pid
-        stores.leases._pid_namespace = lambda: "4026531999"
+        stores._leases._pid_namespace = lambda: "4026531999"
     trio.run(run_command, args)
 
 

@@ -42,7 +42,7 @@ from runtime import (
     UnsupportedFormatError,
     open_runtime,
 )
-from stores import sqlite_schema
+from stores.sqlite import _schema as sqlite_schema
 
 TRIALS = size(40, 400)
 COUNTS: Counter[str] = Counter()

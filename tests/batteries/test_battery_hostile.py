@@ -82,7 +82,7 @@ def is_text(value: str) -> bool:
 
 
 def exact_json(value: object) -> bool:
-    """Is ``value`` exactly JSON (what ``stores.records`` accepts: the JSON types
+    """Is ``value`` exactly JSON (what ``stores._records`` accepts: the JSON types
     themselves, no subclass; finite floats; text without lone surrogates)?"""
     t = type(value)  # exact types: isinstance below only narrows for the type checker
     if value is None or t is bool or t is int:

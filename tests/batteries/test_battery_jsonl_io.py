@@ -2,7 +2,7 @@
 file system.
 
 * fsyncs and writes fail intermittently (through the store's I/O seam,
-  ``stores.jsonl_files.IO``) while a runtime appends with ``synchronous="full"``: every
+  ``stores.jsonl._files.IO``) while a runtime appends with ``synchronous="full"``: every
   accepted event is committed exactly once, gapless, once the faults stop;
 * a failed flush barrier raises, commits nothing new, and the next flush succeeds;
 * a session file cut or damaged at random places reads as a whole-batch prefix of what
@@ -30,8 +30,9 @@ import trio
 from battery_support import contiguous, record, size
 
 from runtime import JSON, CommitPendingError, NewEvent, SessionWriter, StoreError, open_runtime
-from stores import JsonlStore, StoreCorruptError, UnsupportedFormatError, jsonl_files
-from stores.jsonl_format import file_stem
+from stores import JsonlStore, StoreCorruptError, UnsupportedFormatError
+from stores.jsonl import _files as jsonl_files
+from stores.jsonl._format import file_stem
 
 ROUNDS = size(6, 60)
 TRIALS = size(40, 400)

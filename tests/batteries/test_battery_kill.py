@@ -101,7 +101,7 @@ def open_store(db: Target) -> Store:
         store = SqliteStore(db, integrity_check_on_open=True)
         assert store.check_integrity() == (True, "ok")
         return store
-    from stores.postgres import PostgresStore
+    from stores import PostgresStore
 
     return PostgresStore.from_url(db)
 

@@ -26,7 +26,7 @@ import trio
 from battery_support import child_env, python_child
 from helpers import text
 
-from stores.postgres import PostgresStore
+from stores import PostgresStore
 
 pytestmark = pytest.mark.slow
 

@@ -14,7 +14,7 @@ import apsw
 
 from runtime import JSON, NewEvent, SessionInfo, SqliteStore, StoredEvent
 from stores import AppendOp, prepare_events
-from stores.urls import open_store
+from stores._urls import open_store
 
 #: Every session of a store as its API shows it: info and events.
 Contents = dict[str, tuple[SessionInfo, tuple[StoredEvent, ...]]]

@@ -19,7 +19,7 @@ from cli_support import ODD_DATA, TIMEOUT, big_db, contents, new_address, tidelo
 
 from runtime import NewEvent, open_runtime
 from runtime.agents import RunHead, UserMessage, checkpoints, history
-from stores.urls import open_store
+from stores._urls import open_store
 
 KINDS = ["sqlite", "jsonl", "postgres"]
 
@@ -169,7 +169,7 @@ def test_addresses_that_name_no_store_are_refused_untouched(tmp_path: Path) -> N
             assert "holds no tidelog store" in proc.stderr, args
         import psycopg
 
-        from stores.postgres_base import split_url
+        from stores.postgres._connection import split_url
 
         dsn, schema = split_url(empty)
         with psycopg.connect(dsn) as conn:

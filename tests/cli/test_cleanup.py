@@ -12,7 +12,7 @@ from cli_support import db_state, files, tidelog
 
 from runtime import SqliteStore, open_runtime
 from runtime.agents import RunHead, RunStatus, UserMessage, checkpoints, history
-from stores.leases import local_holder
+from stores._leases import local_holder
 
 
 def _seed(db: Path, runs: dict[str, list[tuple[str, RunStatus, float]]]) -> None:

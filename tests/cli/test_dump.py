@@ -46,7 +46,7 @@ from runtime.agents import (
 from runtime.cli._dump import export_runtime
 from runtime.cli._load import ImportResult, import_dump
 from runtime.cli._opening import StopFlag
-from stores.leases import local_holder
+from stores._leases import local_holder
 
 Contents = dict[str, tuple[SessionInfo, tuple[StoredEvent, ...]]]
 

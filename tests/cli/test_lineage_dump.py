@@ -13,8 +13,8 @@ import pytest
 from cli_support import contents, new_address, tidelog
 
 from runtime import NewEvent, SqliteStore
-from stores.jsonl_index import FileIndex
-from stores.urls import open_store
+from stores._urls import open_store
+from stores.jsonl._index import FileIndex
 
 KINDS = ["sqlite", "jsonl", "postgres"]
 
@@ -33,7 +33,7 @@ def stored_events(address: str, kind: str) -> int:
     if kind == "postgres":
         import psycopg
 
-        from stores.postgres_base import split_url
+        from stores.postgres._connection import split_url
 
         dsn, schema = split_url(address)
         with psycopg.connect(dsn) as conn:

@@ -15,8 +15,8 @@ from cli_support import TIMEOUT, big_db, files, make_db, tidelog
 
 from runtime import SqliteStore, open_runtime
 from runtime.agents import RunHead, UserMessage, checkpoints, history
-from stores.leases import local_holder
-from stores.sqlite_schema import SCHEMA_VERSION
+from stores._leases import local_holder
+from stores.sqlite._schema import SCHEMA_VERSION
 
 
 def _with_runs(db: Path) -> None:

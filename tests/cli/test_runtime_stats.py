@@ -19,7 +19,7 @@ import trio
 from cli_support import TIMEOUT, new_address, tidelog
 
 from runtime import InvalidArgumentError, open_runtime, published_statistics
-from stores.urls import open_store
+from stores._urls import open_store
 
 #: A host: a runtime publishing every 0.1 s, 50 appends, then "ready", then it runs until
 #: its stdin closes.

@@ -28,7 +28,7 @@ from runtime import (
     StoreIOError,
     open_runtime,
 )
-from stores.postgres import PostgresStore
+from stores import PostgresStore
 
 #: Tails must not be woken by polling in these tests: only the change feed can.
 NO_POLLING = 600.0

@@ -35,7 +35,7 @@ from runtime import (
     open_runtime,
 )
 from stores import BatchResult, WriteOp, prepare_events
-from stores.sqlite import CHECKPOINT_FALLBACK_PAGES
+from stores.sqlite._store import CHECKPOINT_FALLBACK_PAGES
 
 
 def ev(i: int, kind: str = "k") -> NewEvent:

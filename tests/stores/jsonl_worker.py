@@ -29,9 +29,9 @@ from stores import (
     NewEvent,
     ReplaceOp,
     SessionExistsError,
-    jsonl_group,
     prepare_events,
 )
+from stores.jsonl import _group as jsonl_group
 
 #: The group ``group`` writes: an append to "a", a replace of "b"'s tail, a delete of
 #: "c" and the creation of "d" (the parent seeds a, b and c first).

@@ -20,10 +20,10 @@ from stores import (
     StoreCorruptError,
     StoredEvent,
     UnsupportedFormatError,
-    jsonl_index,
 )
-from stores.jsonl_format import file_stem
-from stores.jsonl_zstd import MAGIC, frame_size
+from stores.jsonl import _index as jsonl_index
+from stores.jsonl._format import file_stem
+from stores.jsonl._zstd import MAGIC, frame_size
 
 FIXTURE = Path(__file__).with_name("fixtures") / "jsonl-format1"
 ROOT = Path(__file__).resolve().parents[2]

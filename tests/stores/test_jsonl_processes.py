@@ -31,7 +31,7 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(Path(__file__).parent))
 from jsonl_worker import GROUP_STEPS  # noqa: E402
 
-from stores.jsonl_migrate import MIGRATION_STEPS  # noqa: E402
+from stores.jsonl._format1 import MIGRATION_STEPS  # noqa: E402
 
 FIXTURE = Path(__file__).with_name("fixtures") / "jsonl-format1"
 

@@ -11,8 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from stores import JsonlStore, NewEvent, StoredEvent, jsonl_index
-from stores.jsonl_sidecar import STEP
+from stores import JsonlStore, NewEvent, StoredEvent
+from stores.jsonl import _index as jsonl_index
+from stores.jsonl._sidecar import STEP
 
 WORKER = str(Path(__file__).with_name("jsonl_worker.py"))
 ROOT = Path(__file__).resolve().parents[2]

@@ -22,11 +22,11 @@ from stores import (
     StoreCorruptError,
     StoreIOError,
     UnsupportedFormatError,
-    jsonl_files,
-    jsonl_index,
     prepare_events,
 )
-from stores.jsonl_format import file_stem, stem_id
+from stores.jsonl import _files as jsonl_files
+from stores.jsonl import _index as jsonl_index
+from stores.jsonl._format import file_stem, stem_id
 
 
 @pytest.fixture

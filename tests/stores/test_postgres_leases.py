@@ -29,13 +29,13 @@ from stores import (
     ConflictError,
     NewEvent,
     OwnershipLostError,
+    PostgresStore,
     SessionOwnedError,
     StoreIOError,
     TruncateOp,
     prepare_events,
 )
-from stores.postgres import PostgresStore
-from stores.postgres_base import parse_payload
+from stores.postgres._connection import parse_payload
 
 Opener = Callable[..., PostgresStore]
 ELSEWHERE = "pid 1 on another-host ns 1"  # a holder on another host: no local pid check
@@ -111,7 +111,7 @@ def test_closed_holder_is_taken_over_at_once(pg_open: Opener) -> None:
 _HOLDER = textwrap.dedent(
     """
     import sys, time
-    from stores.postgres import PostgresStore
+    from stores import PostgresStore
     store = PostgresStore(sys.argv[1], schema=sys.argv[2])
     store.acquire_lease("s", "dead", ttl=3600.0, holder="pid 1 on another-host ns 1")
     store.append("s", [])

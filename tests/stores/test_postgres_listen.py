@@ -17,10 +17,9 @@ pytest.importorskip("psycopg", reason="psycopg is not installed (pip install -e 
 
 import psycopg
 
-from stores import ClosedError, NewEvent, StoreIOError
-from stores.postgres import PostgresStore
-from stores.postgres_base import split_url
-from stores.postgres_listen import PgListener
+from stores import ClosedError, NewEvent, PostgresStore, StoreIOError
+from stores.postgres._connection import split_url
+from stores.postgres._listen import PgListener
 
 
 @pytest.fixture

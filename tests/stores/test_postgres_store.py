@@ -1,4 +1,4 @@
-"""PostgreSQL-only behaviours of :class:`stores.postgres.PostgresStore`: its format in a
+"""PostgreSQL-only behaviours of :class:`stores.PostgresStore`: its format in a
 schema of its own, its options, and its errors when the server refuses, times out or goes
 away (the shared contract is in the conformance suite).
 
@@ -25,6 +25,7 @@ from stores import (
     InvalidEventError,
     NewEvent,
     OwnershipLostError,
+    PostgresStore,
     PreparedEvent,
     StoreBusyError,
     StoreError,
@@ -33,8 +34,7 @@ from stores import (
     UnsupportedFormatError,
     prepare_events,
 )
-from stores import postgres_schema as pg_schema
-from stores.postgres import PostgresStore
+from stores.postgres import _schema as pg_schema
 
 Opener = Callable[..., PostgresStore]
 
@@ -547,7 +547,7 @@ def test_one_event_each_statement_commits_or_undoes_itself(
     """APPEND_ONE_EACH, run as the store runs it, returns the new heads and writes one
     event per session; with one op that does not pass (a stale head, another owner, a
     missing session) it raises the retry SQLSTATE and writes nothing at all."""
-    from stores import postgres_ops as pgops
+    from stores.postgres import _ops as pgops
 
     store = pg_open()
     ids = ["a", "b", "c"]

@@ -1,4 +1,4 @@
-"""Value checks of :mod:`stores.records`: the size limits of events and batches, the range of
+"""Value checks of :mod:`stores._records`: the size limits of events and batches, the range of
 seqs and counts, flags. The same rules reach every backend through ``prepare_events`` and
 the ``check_*`` functions (the conformance suite checks them through the stores)."""
 
@@ -20,8 +20,8 @@ from stores import (
     NewEvent,
     prepare_events,
 )
-from stores import records as records_module
-from stores.records import check_count, check_flag, check_seq
+from stores import _records as records_module
+from stores._records import check_count, check_flag, check_seq
 
 
 def _text_of(size: int, char: str = "x") -> str:

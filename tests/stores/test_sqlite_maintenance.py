@@ -11,7 +11,7 @@ import apsw
 import pytest
 
 from stores import InvalidArgumentError, NewEvent, SqliteStore
-from stores.sqlite_schema import APPLICATION_ID, SCHEMA_VERSION
+from stores.sqlite._schema import APPLICATION_ID, SCHEMA_VERSION
 
 
 def _store(tmp_path: Path) -> SqliteStore:

@@ -20,8 +20,8 @@ from stores import (
     SqliteStore,
     StoreIOError,
     UnsupportedFormatError,
-    sqlite_schema,
 )
+from stores.sqlite import _schema as sqlite_schema
 
 
 def _populate(path: str) -> None:

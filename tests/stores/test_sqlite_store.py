@@ -36,9 +36,9 @@ from stores import (
     TidelogError,
     UnsupportedFormatError,
     prepare_events,
-    sqlite_ops,
-    sqlite_schema,
 )
+from stores.sqlite import _ops as sqlite_ops
+from stores.sqlite import _schema as sqlite_schema
 
 PAGE = 4096
 
@@ -309,7 +309,8 @@ def test_format_3_file_migrates_to_events_in_commit_order(tmp_path: Path) -> Non
 
 _KILL_AFTER_FORMAT_4 = """
 import os, signal, sys
-from stores import SqliteStore, sqlite_schema
+from stores import SqliteStore
+from stores.sqlite import _schema as sqlite_schema
 
 def kill(conn):
     os.kill(os.getpid(), signal.SIGKILL)  # the format 4 step ran; its transaction is open
@@ -926,7 +927,7 @@ def test_errors_are_tidelog_errors() -> None:
 
 def test_version_1_file_is_migrated_to_current(tmp_path: Path) -> None:
     """A real version-1 file (no run index) opens, keeps its data and gains the index."""
-    from stores import sqlite_schema
+    from stores.sqlite import _schema as sqlite_schema
 
     path = tmp_path / "v1.db"
     conn = apsw.Connection(str(path))
@@ -1006,7 +1007,7 @@ def test_deferred_checkpoints_fall_back_when_nobody_checkpoints(
 ) -> None:
     """With nobody calling checkpoint, a deferred store's own commits checkpoint once the
     WAL passes CHECKPOINT_FALLBACK_PAGES, so it stays bounded."""
-    monkeypatch.setattr("stores.sqlite.CHECKPOINT_FALLBACK_PAGES", 200)
+    monkeypatch.setattr("stores.sqlite._store.CHECKPOINT_FALLBACK_PAGES", 200)
     store = open_store(checkpoints="deferred")
     peak = 0
     for _ in range(800):

@@ -6,9 +6,8 @@ import pathlib
 
 import pytest
 
-from stores import MemoryStore, SqliteStore, Store
+from stores import JsonlStore, MemoryStore, SqliteStore, Store
 from stores.conformance import DurableStoreConformance, StoreConformance
-from stores.jsonl import JsonlStore
 
 
 class TestMemoryStore(StoreConformance):
@@ -55,7 +54,7 @@ class TestPostgresStore(DurableStoreConformance):
         self._dsn, self._schema_name = pg_schema
 
     def _open(self) -> Store:
-        from stores.postgres import PostgresStore
+        from stores import PostgresStore
 
         return PostgresStore(self._dsn, schema=self._schema_name)
 

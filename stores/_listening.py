@@ -1,0 +1,45 @@
+"""The optional change feed of a store: how a runtime hears of other hosts' commits.
+
+A store that can push notifications of commits (PostgreSQL's ``LISTEN``/``NOTIFY``)
+offers a ``listen()`` method returning a :class:`ChangeListener`. It is not part of the
+:class:`~stores._contract.Store` contract: a store without it (memory, SQLite) is watched
+by polling :meth:`~stores._contract.Store.data_version` only, and a runtime keeps that
+poller as the fallback even when it listens (see ``actors.changes``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Protocol
+
+__all__ = ["ChangeListener", "listener_factory"]
+
+
+class ChangeListener(Protocol):
+    """A blocking feed of a store's commits, on a connection of its own."""
+
+    @property
+    def connected(self) -> bool:
+        """True while it listens (notifications are being received now)."""
+        ...
+
+    def wait(self, timeout: float) -> set[str] | None:
+        """Block until commits are announced (return the session ids they changed), for
+        at most ``timeout`` seconds or until :meth:`wake` (return an empty set). ``None``
+        means "anything may have changed" (notifications may have been lost, as across a
+        reconnect): look at everything. Never raises for a lost server."""
+        ...
+
+    def wake(self) -> None:
+        """Make a :meth:`wait` blocked in another thread return now (thread-safe)."""
+        ...
+
+    def close(self) -> None:
+        """Release the connection; call once no :meth:`wait` runs. Idempotent."""
+        ...
+
+
+def listener_factory(store: object) -> Callable[[], ChangeListener] | None:
+    """The store's ``listen`` method if it has one (else ``None``: poll only)."""
+    listen = getattr(store, "listen", None)
+    return listen if callable(listen) else None

@@ -1,0 +1,5 @@
+"""The jsonl backend: :class:`JsonlStore`."""
+
+from ._store import JsonlStore
+
+__all__ = ["JsonlStore"]
