@@ -2,13 +2,13 @@
 supervisor, change notification and the WAL checkpointer. Knows stores/, nothing of the
 runtime API above it or of agents."""
 
-from .changes import ChangeHub
-from .lane import StoreLane
-from .pending import GroupWrite, PendingWrite, WriteKind
-from .session import ActorState, SessionActor
-from .supervisor import DRAIN_ATTEMPTS, CreateMode, Supervisor
-from .wal_checkpointer import WalCheckpointer
-from .writer import GroupCommitWriter, WriterStatistics
+from ._changes import ChangeHub
+from ._lane import StoreLane
+from ._pending import GroupWrite, PendingWrite, WriteKind
+from ._session import ActorState, SessionActor
+from ._supervisor import DRAIN_ATTEMPTS, CreateMode, Supervisor
+from ._wal_checkpointer import WalCheckpointer
+from ._writer import GroupCommitWriter, WriterStatistics
 
 __all__ = [
     "DRAIN_ATTEMPTS",

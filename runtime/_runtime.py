@@ -80,7 +80,7 @@ class RuntimeStatistics:
 
     ``sessions``: live session actors. ``writer``: the group-commit writer's counters.
     ``wal_checkpoints`` / ``failed_wal_checkpoints``: WAL checkpoints run off the write
-    path (see ``actors.wal_checkpointer``)."""
+    path (see ``actors._wal_checkpointer``)."""
 
     sessions: int
     writer: WriterStatistics

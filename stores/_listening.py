@@ -4,7 +4,7 @@ A store that can push notifications of commits (PostgreSQL's ``LISTEN``/``NOTIFY
 offers a ``listen()`` method returning a :class:`ChangeListener`. It is not part of the
 :class:`~stores._contract.Store` contract: a store without it (memory, SQLite) is watched
 by polling :meth:`~stores._contract.Store.data_version` only, and a runtime keeps that
-poller as the fallback even when it listens (see ``actors.changes``).
+poller as the fallback even when it listens (see ``actors._changes``).
 """
 
 from __future__ import annotations

@@ -9,7 +9,7 @@ import pytest
 import trio
 import trio.testing
 
-from actors.lane import StoreLane
+from actors._lane import StoreLane
 from stores import ClosedError, MemoryStore
 
 

@@ -11,7 +11,7 @@ import trio
 import trio.testing
 from helpers import FlakyMemoryStore, RuntimeFactory, num, share_state, stat_head
 
-from actors.writer import DELIVERY_SLICE
+from actors._writer import DELIVERY_SLICE
 from runtime import (
     BrokenError,
     ClosedError,

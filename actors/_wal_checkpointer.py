@@ -20,7 +20,7 @@ import trio
 
 from stores import Store, TidelogError
 
-from .lane import StoreLane
+from ._lane import StoreLane
 
 __all__ = ["THRESHOLD", "WalCheckpointer"]
 

@@ -32,8 +32,8 @@ from trio_util import AsyncValue
 
 from stores import AppendOp, BrokenError, ClosedError, GroupOp, ReplaceOp, TidelogError, WriteOp
 
-from .lane import StoreLane
-from .session import SessionActor
+from ._lane import StoreLane
+from ._session import SessionActor
 
 __all__ = ["DELIVERY_SLICE", "GroupCommitWriter", "WriterStatistics"]
 

@@ -2,7 +2,7 @@
 
 The actor assigns sequence numbers, keeps the queue of accepted but not yet committed
 writes in order, and tells each waiter what became of *its* write. Commits themselves are
-done by the store-wide :class:`~actors.writer.GroupCommitWriter`, which takes one op per
+done by the store-wide :class:`~actors._writer.GroupCommitWriter`, which takes one op per
 actor per batch, so the actor's writes are serialised and applied in order while many
 actors share one transaction. Its lifetime (start, lease, eviction) is the supervisor's.
 
@@ -58,10 +58,10 @@ from stores import (
 )
 from stores._records import decode_json
 
-from .pending import GroupWrite, PendingWrite, WriteKind
+from ._pending import GroupWrite, PendingWrite, WriteKind
 
 if TYPE_CHECKING:
-    from .writer import GroupCommitWriter
+    from ._writer import GroupCommitWriter
 
 __all__ = ["ActorState", "SessionActor"]
 

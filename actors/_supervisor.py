@@ -39,9 +39,9 @@ from stores import (
 from stores._leases import local_holder
 from stores._records import decode_json_object
 
-from .lane import StoreLane
-from .session import ActorState, SessionActor
-from .writer import GroupCommitWriter
+from ._lane import StoreLane
+from ._session import ActorState, SessionActor
+from ._writer import GroupCommitWriter
 
 __all__ = ["CreateMode", "Supervisor"]
 

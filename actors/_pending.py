@@ -2,7 +2,7 @@
 them across sessions.
 
 Each :class:`PendingWrite` carries its own outcome (committed, failed attempts, dropped),
-so every waiter learns what became of *its* write (see :mod:`actors.session`)."""
+so every waiter learns what became of *its* write (see :mod:`actors._session`)."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ import attrs
 from stores import ConflictError, InvalidArgumentError, PreparedEvent, TidelogError
 
 if TYPE_CHECKING:
-    from .session import SessionActor
+    from ._session import SessionActor
 
 __all__ = ["GroupWrite", "PendingWrite", "WriteKind"]
 

@@ -27,7 +27,7 @@ import trio
 from stores import TidelogError
 from stores._listening import ChangeListener, listener_factory
 
-from .lane import StoreLane
+from ._lane import StoreLane
 
 __all__ = ["LISTENING_POLL_INTERVAL", "ChangeHub"]
 
