@@ -1,7 +1,7 @@
 """Run the selected cases round by round and reduce them to table rows.
 
 Every round runs every selected case once, each in a fresh child process (``python -m
-bench.worker case``: nothing a case imported or allocated -- an alternative library, a
+bench.harness.worker case``: nothing a case imported or allocated -- an alternative library, a
 million-event fold -- is in the process that measures the next one) and a fresh
 temporary directory; the start
 of the order rotates by one case per round, so no system always runs first or last on a

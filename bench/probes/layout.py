@@ -1,6 +1,6 @@
 """The events-table layout, chosen by measurement (issue 18).
 
-``python -m bench.layout`` builds the same data under several SQLite layouts with plain
+``python -m bench.probes.layout`` builds the same data under several SQLite layouts with plain
 apsw (no tidelog code, so only the layout differs) and measures, for each, in one run:
 
 * **W2 shape**: 100 sessions x 50 one-event appends, committed 100 appends per
@@ -39,7 +39,7 @@ from pathlib import Path
 
 import apsw
 
-from .core import PAYLOAD
+from ..harness.core import PAYLOAD
 
 SESSIONS = 100
 APPENDS = 50
@@ -250,7 +250,7 @@ def table(results: dict[str, dict[str, float]]) -> str:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(prog="python -m bench.layout", description=__doc__)
+    parser = argparse.ArgumentParser(prog="python -m bench.probes.layout", description=__doc__)
     parser.add_argument("--rounds", type=int, default=3)
     args = parser.parse_args()
     print(table(measure(args.rounds)))

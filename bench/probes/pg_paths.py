@@ -1,4 +1,4 @@
-"""``python -m bench.pg_paths [DSN]``: how to send a batch of appends to PostgreSQL.
+"""``python -m bench.probes.pg_paths [DSN]``: how to send a batch of appends to PostgreSQL.
 
 A measurement behind a design choice of :mod:`stores.postgres_ops`, not part of the
 table of ``python -m bench``. Every variant commits the same batch -- ``n`` appends of
@@ -39,7 +39,7 @@ from stores import AppendOp, prepare_events
 from stores import postgres_ops as pgops
 from stores.postgres import PostgresStore
 
-from .core import PAYLOAD, encode_payload
+from ..harness.core import PAYLOAD, encode_payload
 
 Batch = list[tuple[str, int]]
 
@@ -172,7 +172,7 @@ def measure(dsn: str, n: int, batches: int, rounds: int) -> dict[str, float]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(prog="python -m bench.pg_paths", description=__doc__)
+    parser = argparse.ArgumentParser(prog="python -m bench.probes.pg_paths", description=__doc__)
     parser.add_argument("dsn", nargs="?", default="dbname=test")
     parser.add_argument("--batches", type=int, default=200)
     parser.add_argument("--rounds", type=int, default=3)

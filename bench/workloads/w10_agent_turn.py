@@ -36,7 +36,7 @@ import trio
 
 from runtime import open_runtime
 
-from ..core import CaseContext, Metrics, Row, case, rows
+from ..harness.core import CaseContext, Metrics, Row, case, rows
 
 __all__ = ["TURNS"]
 

@@ -1,6 +1,6 @@
 """W11: the cost of one awaited append on the trio thread (issue 18).
 
-The program of :mod:`bench.per_append`: a runtime over a MemoryStore (no storage, no
+The program of :mod:`bench.probes.per_append`: a runtime over a MemoryStore (no storage, no
 thread hop), one session, :data:`APPENDS` awaited appends of one event (the payload)
 after a warm-up. The reference is the floor of any awaited append of the payload on a
 trio thread: encoding it and one checkpoint.
@@ -24,8 +24,8 @@ from collections.abc import Callable
 
 import trio
 
-from ..core import CaseContext, Metrics, Row, Target, case, rows
-from ..per_append import callgrind_per_append, floor_loop, tidelog_loop
+from ..harness.core import CaseContext, Metrics, Row, Target, case, rows
+from ..probes.per_append import callgrind_per_append, floor_loop, tidelog_loop
 
 __all__ = ["APPENDS", "CALLGRIND_APPENDS"]
 

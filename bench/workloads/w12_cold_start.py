@@ -29,8 +29,8 @@ import trio
 
 from runtime import NewEvent, open_runtime
 
-from ..core import PAYLOAD, CaseContext, Metrics, Row, case, rows
-from ..procs import ROOT, child_env
+from ..harness.core import PAYLOAD, CaseContext, Metrics, Row, case, rows
+from ..harness.procs import ROOT, child_env
 
 __all__ = ["PROCESSES", "SESSIONS"]
 

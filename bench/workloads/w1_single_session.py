@@ -35,9 +35,7 @@ import trio
 
 from runtime import NewEvent, open_runtime
 
-from ..alternatives import ALL as ALTERNATIVES
-from ..alternatives import Alternative
-from ..core import (
+from ..harness.core import (
     PAYLOAD,
     CaseContext,
     LagProbe,
@@ -48,7 +46,9 @@ from ..core import (
     encode_payload,
     rows,
 )
-from ..raw import RawSync, insert_rows, open_raw
+from ..references.alternatives import ALL as ALTERNATIVES
+from ..references.alternatives import Alternative
+from ..references.raw_sqlite import RawSync, insert_rows, open_raw
 
 __all__ = ["BATCH", "REPEATS_W1B", "count"]
 
@@ -93,7 +93,7 @@ def _repeat(ctx: CaseContext, repeats: int, once: Callable[[Path], Metrics]) -> 
 
 @asynccontextmanager
 async def _probing(lag: bool) -> AsyncIterator[Metrics]:
-    """Run a :class:`~bench.core.LagProbe` over the block if ``lag``; its metrics land in
+    """Run a :class:`~bench.harness.core.LagProbe` over the block if ``lag``; its metrics land in
     the yielded dict at exit. The throughput cases run without one: the probe's own
     wake-ups cost tidelog's awaited appends 5-10 % here, so W1's lag is measured by
     cases of its own."""

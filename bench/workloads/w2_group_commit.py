@@ -2,7 +2,7 @@
 
 100 trio tasks, one per session, each awaits 50 appends of one event (the payload). The
 timed region starts when every task holds its session open and ends when the last append
-returned; opening and closing sessions is outside it. A :class:`~bench.core.LagProbe`
+returned; opening and closing sessions is outside it. A :class:`~bench.harness.core.LagProbe`
 runs during the timed region of every system (W9). One measurement is :data:`REPEATS`
 back-to-back repetitions, each in a fresh database: events/s is total events over total
 timed seconds, lag percentiles are over the pooled samples.
@@ -16,7 +16,7 @@ Systems:
   with tidelog's default).
 * ``tidelog``: ``open_runtime(path, synchronous=...)``, one ``SessionWriter`` per task,
   ``await w.append([NewEvent("message", PAYLOAD)])``.
-* the alternatives (:mod:`bench.alternatives`, FULL like sqlite3's default): one
+* the alternatives (:mod:`bench.references.alternatives`, FULL like sqlite3's default): one
   repetition each, no lag probe. Synchronous libraries run in trio worker threads.
 """
 
@@ -33,10 +33,20 @@ import trio
 from runtime import NewEvent, Runtime, open_runtime
 from stores import Store
 
-from ..alternatives import ALL as ALTERNATIVES
-from ..alternatives import Alternative
-from ..core import PAYLOAD, CaseContext, LagProbe, Metrics, Row, Target, case, encode_payload, rows
-from ..raw import RawLayout, RawSync, insert_rows, open_raw
+from ..harness.core import (
+    PAYLOAD,
+    CaseContext,
+    LagProbe,
+    Metrics,
+    Row,
+    Target,
+    case,
+    encode_payload,
+    rows,
+)
+from ..references.alternatives import ALL as ALTERNATIVES
+from ..references.alternatives import Alternative
+from ..references.raw_sqlite import RawLayout, RawSync, insert_rows, open_raw
 
 __all__ = [
     "REPEATS",

@@ -8,7 +8,7 @@ decoded events in hand); ``read_call_*`` metrics in the JSON time the ``read`` c
 
 Each round first runs the writer alone (solo rate), then writer + reader, each in a fresh
 database; the writer's rate with the reader is reported as a ratio of its solo rate.
-A :class:`~bench.core.LagProbe` runs during the writer + reader phase (W9).
+A :class:`~bench.harness.core.LagProbe` runs during the writer + reader phase (W9).
 
 Systems: ``tidelog`` (default ``synchronous="normal"``; reads through a
 ``rt.open_session("s", mode="read")`` handle, so the runtime's reader connection) and
@@ -27,7 +27,7 @@ import trio
 
 from runtime import NewEvent, open_runtime
 
-from ..core import (
+from ..harness.core import (
     PAYLOAD,
     CaseContext,
     LagProbe,
@@ -39,7 +39,7 @@ from ..core import (
     percentile,
     rows,
 )
-from ..raw import insert_rows, open_raw, read_last
+from ..references.raw_sqlite import insert_rows, open_raw, read_last
 
 __all__ = ["LAST", "SEED"]
 

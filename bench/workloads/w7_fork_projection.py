@@ -26,8 +26,8 @@ import trio
 from runtime import NewEvent, open_runtime
 from stores import AppendOp, SqliteStore, prepare_events
 
-from ..core import PAYLOAD, CaseContext, Metrics, Row, Target, case, rows
-from .disk import on_disk
+from ..harness.core import PAYLOAD, CaseContext, Metrics, Row, Target, case, rows
+from .w5_disk import on_disk
 
 __all__: list[str] = []
 
