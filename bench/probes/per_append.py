@@ -1,4 +1,4 @@
-"""The cost of one awaited append on the trio thread (issue 18), on its own.
+"""The cost of one awaited append on the trio thread (W11), on its own.
 
 A runtime over a :class:`~stores.MemoryStore` keeps storage and threads out of the
 picture: validation and encoding, the session actor, the group-commit batch, the store's
@@ -23,8 +23,8 @@ Two ways to measure, the same program:
 * instructions: ``python -m bench.probes.per_append --callgrind`` runs the program under
   ``valgrind --tool=callgrind`` for ``0`` and ``n`` appends and prints the difference
   divided by ``n`` (start-up, imports and warm-up cancel out), with ``PYTHONHASHSEED=0``.
-  Counts repeat to a fraction of a percent whatever else the machine runs, where timings
-  here drift by 10-35 %; it takes about a minute (two runs side by side).
+  Counts repeat whatever else the machine runs, where timings drift with the machine's
+  load (``bench/HISTORY.md``); it takes about a minute (two runs side by side).
 """
 
 from __future__ import annotations
@@ -151,8 +151,8 @@ def callgrind_per_append(system: str, n: int) -> float:
         raise RuntimeError("valgrind is not installed")
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(_ROOT), env.get("PYTHONPATH")]))
-    # str hashes are randomised per process, which moves a count by up to ~1k (dict and
-    # set layouts): one fixed seed makes runs comparable.
+    # W11: str hashes are randomised per process, which moves a count (dict and set
+    # layouts; bench/HISTORY.md): one fixed seed makes runs comparable.
     env["PYTHONHASHSEED"] = "0"
     with tempfile.TemporaryDirectory(prefix="tidelog-callgrind-") as tmp:
         runs = []

@@ -19,8 +19,8 @@ one event each to ``n`` distinct existing sessions, heads checked and moved, wit
 * ``pipeline + unnest``: the explicit transaction in psycopg's pipeline mode.
 
 Every parameter is sent in binary format (``%b``): psycopg's text format escapes each
-element of an array of JSON texts with a regular expression, which cost ~20 ms per batch
-of 100 events here -- more than the server's work. It prints the median microseconds per
+element of an array of JSON texts with a regular expression, which costs more than the
+server's work (``bench/HISTORY.md``). It prints the median microseconds per
 batch over ``--rounds`` runs of ``--batches``.
 """
 

@@ -23,8 +23,9 @@ value is returned as the ``sqlite_synchronous`` metric (2 = FULL).
 Synchronous APIs run directly for one session (W1: what a user would do) and in worker
 threads for many concurrent sessions (W2: ``trio.to_thread.run_sync``, trio's default 40
 threads), as a trio program would have to. W1 also runs them the two ways a trio program
-could (issue 18): in a worker thread per append (off the loop), and directly on the trio
-thread with a lag probe running, which shows how long each call stalls the event loop.
+could, for a comparison fair to a trio service: in a worker thread per append (off the
+loop), and directly on the trio thread with a lag probe running, which shows how long each
+call stalls the event loop.
 """
 
 from __future__ import annotations

@@ -20,7 +20,7 @@ raw file loop without a target: the runtime's share of W2 with a store that cost
 nothing (no thread hop, no file), so that the JSONL row's distance from it is the store
 thread's share.
 
-Targets (issue 19): JSONL >= 0.8x the raw file reference on W1b and W2.
+Targets: JSONL >= 0.8x the raw file reference on W1b and W2.
 """
 
 from __future__ import annotations

@@ -264,7 +264,8 @@ rows(
         reference=(_RAW, "lag_p99_ms"),
         target=Target("value", "<=", 2.0),
     ),
-    # Issue 18: and never above 1.2x the raw pair's own lag in the same run.
+    # And never above 1.2x the raw pair's own lag in the same run: the raw pair shows how
+    # much of the lag is the machine's.
     Row(
         "W9",
         f"{_W9}: p99 against the raw pair's",

@@ -55,8 +55,8 @@ async def _fork(path: Path) -> float:
 
 
 async def _values(path: Path, session: str) -> tuple[float, int]:
-    # The full fold before leaves 100k events' worth of garbage; without this, a gen-2
-    # collection lands in whichever timed read comes next (measured: 6 ms -> 14 ms).
+    # W7: the full fold before leaves 100k events' worth of garbage; without this, a gen-2
+    # collection lands in whichever timed read comes next (bench/HISTORY.md).
     gc.collect()
     async with open_runtime(path) as rt, rt.snapshot(session) as snap:
         start = time.perf_counter()
