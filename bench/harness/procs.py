@@ -2,9 +2,9 @@
 
 A workload module registers a worker with :func:`worker`; the parent runs it with
 :func:`run_worker` (one child, its JSON result) or :func:`run_together` (several children
-that first get ready, then start together on one signal). A child is
-``python -m bench.harness.worker NAME ARGS_JSON``: it imports the harness (so the import is never
-part of a timed region), runs the worker and prints its result as the last line of stdout.
+that first get ready, then start together on one signal). A child is ``python -m
+bench.harness.worker NAME ARGS_JSON``: it imports the harness (so the import is never part
+of a timed region), runs the worker and prints its result as the last line of stdout.
 """
 
 from __future__ import annotations
