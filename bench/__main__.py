@@ -1,5 +1,5 @@
 """Entry point: ``python -m bench --help``."""
 
-from bench.cli import main
+from bench.harness.cli import main
 
 raise SystemExit(main())

@@ -1,44 +1,48 @@
-"""Workload families, one module each. Importing a module registers its cases and rows.
+"""Workload families, one module each, named by the W-ids whose rows it registers.
+Importing a module registers its cases and rows.
 
-The table groups rows by workload (W1, W2, ..., W9), and keeps registration order within a
-workload, i.e. the order of the imports below. Add a family by adding a module and
-importing it here.
+The table groups rows by workload (W1, W1b, W2, ..., W12) and keeps registration order
+within a workload, i.e. the order of the imports below: W9's idle baseline first (its
+rows head W9, before the W9 rows that W2 and W4 register), then the SQLite workloads by
+id, then the same workloads on the JSONL file store and on PostgreSQL. Add a family by
+adding a module and importing it here.
 """
 
-from . import (
-    agent_turn,
-    baseline,
-    cold_load,
-    cold_start,
-    disk,
-    fork_projection,
-    group_commit,
-    jsonl_files,
-    multiprocess,
-    per_append,
-    pg_reads,
-    pg_writes,
-    read_while_write,
-    scale,
-    single_session,
-    tail_latency,
-)
+# isort: off
+from . import w9_baseline
+from . import w1_single_session
+from . import w2_group_commit
+from . import w2_multiprocess
+from . import w3_cold_load
+from . import w4_read_while_write
+from . import w5_disk
+from . import w6_tail_latency
+from . import w7_fork_projection
+from . import w8_scale
+from . import w10_agent_turn
+from . import w11_per_append
+from . import w12_cold_start
+from . import jsonl_w1_w2_w3_w5
+from . import pg_w1_w2_w9
+from . import pg_w3_w4_w6
+
+# isort: on
 
 __all__ = [
-    "agent_turn",
-    "baseline",
-    "cold_load",
-    "cold_start",
-    "disk",
-    "fork_projection",
-    "group_commit",
-    "jsonl_files",
-    "multiprocess",
-    "per_append",
-    "pg_reads",
-    "pg_writes",
-    "read_while_write",
-    "scale",
-    "single_session",
-    "tail_latency",
+    "jsonl_w1_w2_w3_w5",
+    "pg_w1_w2_w9",
+    "pg_w3_w4_w6",
+    "w1_single_session",
+    "w2_group_commit",
+    "w2_multiprocess",
+    "w3_cold_load",
+    "w4_read_while_write",
+    "w5_disk",
+    "w6_tail_latency",
+    "w7_fork_projection",
+    "w8_scale",
+    "w9_baseline",
+    "w10_agent_turn",
+    "w11_per_append",
+    "w12_cold_start",
 ]

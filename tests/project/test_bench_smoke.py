@@ -1,12 +1,16 @@
 """The benchmark harness still runs: ``python -m bench`` at a tiny scale, in a subprocess.
 
 No speed is asserted here (bench/ is a benchmark, not a test); only that every workload
-runs, the table is printed and the JSON holds the expected rows.
+runs, the table is printed and the JSON holds the expected rows, and that every
+``python -m bench...`` command the documentation names is there to run.
 """
 
 from __future__ import annotations
 
+import importlib
+import importlib.util
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -14,6 +18,15 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
+#: The documents that name ``python -m bench...`` commands.
+DOCS = (
+    ROOT / "README.md",
+    ROOT / "bench" / "README.md",
+    ROOT / "bench" / "HISTORY.md",
+    *sorted((ROOT / "docs").glob("*.md")),
+)
+#: The one-off measurements, each run on its own (``python -m bench.probes.NAME``).
+PROBES = ("jsonl_thread", "layout", "per_append", "pg_paths")
 
 #: The optional alternatives (the ``bench`` extra): measured, or "not installed".
 ALTERNATIVES = ("openai-agents", "langgraph", "eventsourcing")
@@ -152,3 +165,29 @@ def test_bench_runs_at_tiny_scale(tmp_path: Path) -> None:
     ]
     assert len(table_lines) == len(rows)
     assert md_file.read_text().count("\n| W") == len(rows) + 1  # + the header
+
+
+def test_documented_bench_commands_exist() -> None:
+    """Every ``python -m bench...`` command in README.md, bench/ and docs/ names a module
+    that ``python -m`` can run (a module, or a package with a ``__main__``)."""
+    commands = {
+        (doc.relative_to(ROOT).as_posix(), name)
+        for doc in DOCS
+        for name in re.findall(r"python -m (bench(?:\.\w+)*)", doc.read_text())
+    }
+    assert ("bench/README.md", "bench") in commands
+    missing = []
+    for doc, name in sorted(commands):
+        spec = importlib.util.find_spec(name)
+        if spec is not None and spec.submodule_search_locations is not None:
+            spec = importlib.util.find_spec(f"{name}.__main__")
+        if spec is None:
+            missing.append(f"{doc}: python -m {name}")
+    assert missing == []
+
+
+def test_probes_import_and_have_a_main() -> None:
+    """Each probe under bench/probes/ imports and has the ``main`` its ``python -m`` runs."""
+    for name in PROBES:
+        module = importlib.import_module(f"bench.probes.{name}")
+        assert callable(module.main), name

@@ -19,8 +19,7 @@ The ratio run-loop / adapter is what durability costs per turn, relative to the 
 possible real model call; a real model answers in hundreds of milliseconds, so its share
 there is far smaller. Runs are kept to two turns so both cases send requests of the same
 size: in one long run every request carries the whole transcript, and the SDK's cost of
-building and validating it grows with each turn (200 turns in one run measured ~117 ms a
-turn on the 2-core machine, against ~18 ms here).
+building and validating it grows with each turn (measured in ``bench/HISTORY.md``, W10).
 """
 
 from __future__ import annotations
@@ -36,7 +35,7 @@ import trio
 
 from runtime import open_runtime
 
-from ..core import CaseContext, Metrics, Row, case, rows
+from ..harness.core import CaseContext, Metrics, Row, case, rows
 
 __all__ = ["TURNS"]
 

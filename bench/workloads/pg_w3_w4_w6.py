@@ -1,8 +1,9 @@
 """W3, W4 and W6 on PostgreSQL (rows ``W3pg``, ``W4pg``, ``W6pg``).
 
-The same workloads as on SQLite (``cold_load``, ``read_while_write``, ``tail_latency``), on
-a PostgreSQL schema of their own (:mod:`bench.pg`), tidelog running the very same code on
-``open_runtime("postgresql://...")``; the raw reference is plain psycopg:
+The same workloads as on SQLite (``w3_cold_load``, ``w4_read_while_write``,
+``w6_tail_latency``), on a PostgreSQL schema of their own (:mod:`bench.references.raw_pg`),
+tidelog running the very same code on ``open_runtime("postgresql://...")``; the raw
+reference is plain psycopg:
 
 * **W3pg**: a fresh process opens and reads a 10,000-event session (median of 3):
   ``open_runtime`` + ``read()``, against connect + select + JSON decode in one thread hop.
@@ -25,11 +26,11 @@ from typing import Any
 
 import trio
 
-from ..core import PAYLOAD, CaseContext, Metrics, Row, Target, encode_payload, rows
-from ..pg import insert_rows_pg, open_raw_pg, pg_schema, read_last_pg, url_of
-from ..procs import ROOT, child_command, child_env, run_worker, worker
-from . import cold_load, read_while_write, tail_latency
-from .pg_writes import pg_case
+from ..harness.core import PAYLOAD, CaseContext, Metrics, Row, Target, encode_payload, rows
+from ..harness.procs import ROOT, child_command, child_env, run_worker, worker
+from ..references.raw_pg import insert_rows_pg, open_raw_pg, pg_schema, read_last_pg, url_of
+from . import w3_cold_load, w4_read_while_write, w6_tail_latency
+from .pg_w1_w2_w9 import pg_case
 
 __all__: list[str] = []
 
@@ -69,11 +70,11 @@ def w3pg_raw_load(args: dict[str, Any]) -> Metrics:
 
 def _w3(system: str) -> Any:
     def run(ctx: CaseContext) -> Metrics:
-        n = cold_load._events(ctx)
+        n = w3_cold_load._events(ctx)
         with pg_schema() as (dsn, schema):
             if system == "tidelog":
                 url = url_of(dsn, schema)
-                trio.run(cold_load._write_tidelog, url, n)
+                trio.run(w3_cold_load._write_tidelog, url, n)
                 name, args = "w3-load", {"system": "tidelog", "path": url, "expected": n}
             else:
                 conn = open_raw_pg(dsn, schema, "off")
@@ -87,7 +88,7 @@ def _w3(system: str) -> Any:
                 finally:
                     conn.close()
                 name, args = "w3pg-raw-load", {"dsn": dsn, "schema": schema, "expected": n}
-            loads = [run_worker(name, args)["load_ms"] for _ in range(cold_load.PROCESSES)]
+            loads = [run_worker(name, args)["load_ms"] for _ in range(w3_cold_load.PROCESSES)]
         return {"load_ms": statistics.median(loads), "load_min_ms": min(loads), "events": n}
 
     return run
@@ -101,9 +102,9 @@ async def _raw_w4(dsn: str, schema: str, count: int, with_reader: bool) -> Metri
     rconn = open_raw_pg(dsn, schema, "off")
     try:
         data = encode_payload(PAYLOAD)
-        insert_rows_pg(wconn, [(_SESSION, i, data) for i in range(1, read_while_write.SEED + 1)])
+        insert_rows_pg(wconn, [(_SESSION, i, data) for i in range(1, w4_read_while_write.SEED + 1)])
         wlimiter, rlimiter = trio.CapacityLimiter(1), trio.CapacityLimiter(1)
-        head = read_while_write.SEED
+        head = w4_read_while_write.SEED
 
         async def append_one() -> None:
             nonlocal head
@@ -116,13 +117,15 @@ async def _raw_w4(dsn: str, schema: str, count: int, with_reader: bool) -> Metri
             while not state.stop:
                 start = clock()
                 events = await trio.to_thread.run_sync(
-                    read_last_pg, rconn, _SESSION, read_while_write.LAST, limiter=rlimiter
+                    read_last_pg, rconn, _SESSION, w4_read_while_write.LAST, limiter=rlimiter
                 )
                 end = clock()
-                assert len(events) == read_while_write.LAST
+                assert len(events) == w4_read_while_write.LAST
                 state.record(start, start, end)
 
-        return await read_while_write._phase(append_one, read_loop if with_reader else None, count)
+        return await w4_read_while_write._phase(
+            append_one, read_loop if with_reader else None, count
+        )
     finally:
         rconn.close()
         wconn.close()
@@ -130,16 +133,16 @@ async def _raw_w4(dsn: str, schema: str, count: int, with_reader: bool) -> Metri
 
 def _w4(system: str) -> Any:
     def run(ctx: CaseContext) -> Metrics:
-        count = read_while_write._writer_count(ctx)
+        count = w4_read_while_write._writer_count(ctx)
         phases = []
         for with_reader in (False, True):
             with pg_schema() as (dsn, schema):
                 if system == "raw":
                     phases.append(trio.run(_raw_w4, dsn, schema, count, with_reader))
                 else:
-                    phase = read_while_write._tidelog_phase
+                    phase = w4_read_while_write._tidelog_phase
                     phases.append(trio.run(phase, url_of(dsn, schema), count, with_reader))
-        return read_while_write._combine(phases[0], phases[1])
+        return w4_read_while_write._combine(phases[0], phases[1])
 
     return run
 
@@ -207,7 +210,7 @@ async def _raw_w6(dsn: str, schema: str, n: int) -> Metrics:
     finally:
         reader.close()
         listener.close()
-    return tail_latency._latency_metrics(latencies[:n])
+    return w6_tail_latency._latency_metrics(latencies[:n])
 
 
 def _w6(system: str) -> Any:
@@ -216,7 +219,7 @@ def _w6(system: str) -> Any:
         with pg_schema() as (dsn, schema):
             if system == "raw":
                 return trio.run(_raw_w6, dsn, schema, n)
-            return trio.run(tail_latency._tidelog_cross, url_of(dsn, schema), n)
+            return trio.run(w6_tail_latency._tidelog_cross, url_of(dsn, schema), n)
 
     return run
 

@@ -2,9 +2,9 @@
 
 A workload module registers a worker with :func:`worker`; the parent runs it with
 :func:`run_worker` (one child, its JSON result) or :func:`run_together` (several children
-that first get ready, then start together on one signal). A child is
-``python -m bench.worker NAME ARGS_JSON``: it imports the harness (so the import is never
-part of a timed region), runs the worker and prints its result as the last line of stdout.
+that first get ready, then start together on one signal). A child is ``python -m
+bench.harness.worker NAME ARGS_JSON``: it imports the harness (so the import is never part
+of a timed region), runs the worker and prints its result as the last line of stdout.
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ __all__ = [
 ]
 
 Args = dict[str, Any]
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 #: Worker functions by name: ``(args) -> metrics``, run in a child process.
 WORKERS: dict[str, Callable[[Args], Metrics]] = {}
@@ -67,7 +67,7 @@ def child_env() -> dict[str, str]:
 def child_command(name: str, args: Args) -> list[str]:
     """The command line of worker ``name`` (warning options passed on)."""
     warn = [f"-W{option}" for option in sys.warnoptions]
-    return [sys.executable, *warn, "-m", "bench.worker", name, json.dumps(args)]
+    return [sys.executable, *warn, "-m", "bench.harness.worker", name, json.dumps(args)]
 
 
 def _result(name: str, stdout: str, stderr: str, returncode: int | None) -> Metrics:

@@ -1,6 +1,6 @@
-"""W11: the cost of one awaited append on the trio thread (issue 18).
+"""W11: the cost of one awaited append on the trio thread.
 
-The program of :mod:`bench.per_append`: a runtime over a MemoryStore (no storage, no
+The program of :mod:`bench.probes.per_append`: a runtime over a MemoryStore (no storage, no
 thread hop), one session, :data:`APPENDS` awaited appends of one event (the payload)
 after a warm-up. The reference is the floor of any awaited append of the payload on a
 trio thread: encoding it and one checkpoint.
@@ -12,8 +12,8 @@ trio thread: encoding it and one checkpoint.
   They take about a minute each, so below scale 0.5, or without valgrind, they measure
   nothing ("no data").
 
-Target (issue 18): halve the per-append cost the issue started from, 303k instructions,
-so at most 151,000.
+Target: half of the 303k instructions per append measured before the per-append work, so
+at most 151,000.
 """
 
 from __future__ import annotations
@@ -24,8 +24,8 @@ from collections.abc import Callable
 
 import trio
 
-from ..core import CaseContext, Metrics, Row, Target, case, rows
-from ..per_append import callgrind_per_append, floor_loop, tidelog_loop
+from ..harness.core import CaseContext, Metrics, Row, Target, case, rows
+from ..probes.per_append import callgrind_per_append, floor_loop, tidelog_loop
 
 __all__ = ["APPENDS", "CALLGRIND_APPENDS"]
 

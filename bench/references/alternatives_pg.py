@@ -1,7 +1,7 @@
 """The libraries users would pick on PostgreSQL, driven through their documented APIs, for
-W1 and W2 on PostgreSQL (``bench/workloads/pg_writes.py``).
+W1 and W2 on PostgreSQL (``bench/workloads/pg_w1_w2_w9.py``).
 
-Like :mod:`bench.alternatives` (optional extra ``bench``; imported only inside the
+Like :mod:`bench.references.alternatives` (optional extra ``bench``; imported only inside the
 functions that use them):
 
 * **LangGraph** ``PostgresSaver(conn)`` (``langgraph-checkpoint-postgres``) on one psycopg
@@ -24,7 +24,7 @@ from collections.abc import Callable
 from typing import Any
 
 from .alternatives import _EventsourcingLog, _LangGraphLog, quiet
-from .pg import create_schema
+from .raw_pg import create_schema
 
 __all__ = ["ALL_PG", "PgAlternative"]
 
@@ -104,7 +104,7 @@ class PgAlternative:
         in worker threads."""
         import trio
 
-        from .workloads.group_commit import Gate, timed_clients
+        from ..workloads.w2_group_commit import Gate, timed_clients
 
         create_schema(dsn, schema)
         with quiet():

@@ -1,4 +1,4 @@
-"""``python -m bench.pg_paths [DSN]``: how to send a batch of appends to PostgreSQL.
+"""``python -m bench.probes.pg_paths [DSN]``: how to send a batch of appends to PostgreSQL.
 
 A measurement behind a design choice of :mod:`stores.postgres._ops`, not part of the
 table of ``python -m bench``. Every variant commits the same batch -- ``n`` appends of
@@ -19,8 +19,8 @@ one event each to ``n`` distinct existing sessions, heads checked and moved, wit
 * ``pipeline + unnest``: the explicit transaction in psycopg's pipeline mode.
 
 Every parameter is sent in binary format (``%b``): psycopg's text format escapes each
-element of an array of JSON texts with a regular expression, which cost ~20 ms per batch
-of 100 events here -- more than the server's work. It prints the median microseconds per
+element of an array of JSON texts with a regular expression, which costs more than the
+server's work (``bench/HISTORY.md``). It prints the median microseconds per
 batch over ``--rounds`` runs of ``--batches``.
 """
 
@@ -38,7 +38,7 @@ import psycopg
 from stores import AppendOp, PostgresStore, prepare_events
 from stores.postgres import _ops as pgops
 
-from .core import PAYLOAD, encode_payload
+from ..harness.core import PAYLOAD, encode_payload
 
 Batch = list[tuple[str, int]]
 
@@ -171,7 +171,7 @@ def measure(dsn: str, n: int, batches: int, rounds: int) -> dict[str, float]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(prog="python -m bench.pg_paths", description=__doc__)
+    parser = argparse.ArgumentParser(prog="python -m bench.probes.pg_paths", description=__doc__)
     parser.add_argument("dsn", nargs="?", default="dbname=test")
     parser.add_argument("--batches", type=int, default=200)
     parser.add_argument("--rounds", type=int, default=3)

@@ -27,9 +27,9 @@ import trio
 
 from runtime import NewEvent, open_runtime
 
-from ..core import PAYLOAD, CaseContext, Metrics, Row, Target, case, encode_payload, rows
-from ..procs import run_worker, worker
-from ..raw import insert_rows, open_raw
+from ..harness.core import PAYLOAD, CaseContext, Metrics, Row, Target, case, encode_payload, rows
+from ..harness.procs import run_worker, worker
+from ..references.raw_sqlite import insert_rows, open_raw
 
 __all__ = ["PROCESSES"]
 

@@ -17,15 +17,15 @@ from typing import Any
 import apsw
 import trio
 
-from . import workloads as _workloads  # registers the cases and rows
+from .. import workloads as _workloads  # registers the cases and rows
 from .core import CASES, PAYLOAD_BYTES
 from .report import markdown_table, to_json
 from .runner import evaluate, run_cases, select_rows, workloads
 
 __all__ = ["main"]
 
-DEFAULT_OUT = Path(__file__).resolve().parent / "results"
-_REPO = Path(__file__).resolve().parent.parent
+DEFAULT_OUT = Path(__file__).resolve().parents[1] / "results"
+_REPO = Path(__file__).resolve().parents[2]
 assert _workloads
 
 

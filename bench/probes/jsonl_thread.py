@@ -1,4 +1,4 @@
-"""The JSONL store thread's cost per op, alone: ``python -m bench.jsonl_ops``.
+"""The JSONL store thread's cost per op, alone: ``python -m bench.probes.jsonl_thread``.
 
 W2's batches as the runtime's writer hands them to the store: ``write_batch`` with one
 one-event append (the bench payload, leased, with ``expected_head``) for each of 100
@@ -30,7 +30,7 @@ from array import array
 
 from stores import AppendOp, JsonlStore, NewEvent, prepare_events
 
-from .core import PAYLOAD, encode_payload
+from ..harness.core import PAYLOAD, encode_payload
 
 SESSIONS = 100
 BATCHES = 50

@@ -1,14 +1,16 @@
 """W1, W2 and W9 on PostgreSQL (rows ``W1pg``, ``W2pg``, ``W9pg``).
 
-The same workloads as on SQLite (``single_session``, ``group_commit``, ``multiprocess``),
-on a PostgreSQL schema of their own per measurement (:mod:`bench.pg`): tidelog is
-``open_runtime("postgresql://...?schema=...")`` running the very same client code; the
-reference is plain psycopg (:mod:`bench.pg`: one statement, one round trip, one
-transaction per write), reached from trio through a thread hop per write:
+The same workloads as on SQLite (``w1_single_session``, ``w2_group_commit``,
+``w2_multiprocess``), on a PostgreSQL schema of their own per measurement
+(:mod:`bench.references.raw_pg`): tidelog is ``open_runtime("postgresql://...?schema=...")``
+running the very same client code; the reference is plain psycopg
+(:mod:`bench.references.raw_pg`: one statement, one round trip, one transaction per write),
+reached from trio through a thread hop per write:
 
 * **W1pg**: 5,000 awaited appends of one event to one session, per-row commits, at
   ``synchronous_commit = on`` (FULL: tidelog ``synchronous="full"``) and ``off`` (NORMAL:
-  tidelog's default); the alternatives on PostgreSQL (:mod:`bench.alternatives_pg`), FULL.
+  tidelog's default); the alternatives on PostgreSQL
+  (:mod:`bench.references.alternatives_pg`), FULL.
 * **W2pg**: 100 sessions x 50 awaited appends, the raw reference being W2's group-commit
   loop on psycopg -- one writer task commits every queued row of every session in one
   transaction (one statement) per thread hop; FULL and NORMAL; the alternatives (FULL).
@@ -27,13 +29,13 @@ from typing import Any
 
 import trio
 
-from ..alternatives_pg import ALL_PG, PgAlternative
-from ..core import PAYLOAD, CaseContext, Metrics, Row, Target, case, encode_payload, rows
-from ..pg import PgLevel, insert_rows_pg, open_raw_pg, pg_schema, unavailable, url_of
-from ..procs import run_together, worker
-from . import group_commit, multiprocess, single_session
-from .group_commit import Gate, RawGroupCommit, raw_client, shape
-from .single_session import Level
+from ..harness.core import PAYLOAD, CaseContext, Metrics, Row, Target, case, encode_payload, rows
+from ..harness.procs import run_together, worker
+from ..references.alternatives_pg import ALL_PG, PgAlternative
+from ..references.raw_pg import PgLevel, insert_rows_pg, open_raw_pg, pg_schema, unavailable, url_of
+from . import w1_single_session, w2_group_commit, w2_multiprocess
+from .w1_single_session import Level
+from .w2_group_commit import Gate, RawGroupCommit, raw_client, shape
 
 __all__ = ["LEVELS"]
 
@@ -69,7 +71,7 @@ async def _raw_w1(dsn: str, schema: str, level: PgLevel, n: int) -> Metrics:
 def _w1_raw(level: PgLevel) -> Callable[[CaseContext], Metrics]:
     def run(ctx: CaseContext) -> Metrics:
         with pg_schema() as (dsn, schema):
-            return trio.run(_raw_w1, dsn, schema, level, single_session.count(ctx))
+            return trio.run(_raw_w1, dsn, schema, level, w1_single_session.count(ctx))
 
     return run
 
@@ -77,8 +79,8 @@ def _w1_raw(level: PgLevel) -> Callable[[CaseContext], Metrics]:
 def _w1_tidelog(synchronous: Level) -> Callable[[CaseContext], Metrics]:
     def run(ctx: CaseContext) -> Metrics:
         with pg_schema() as where:
-            n = single_session.count(ctx)
-            return trio.run(single_session._tidelog, url_of(*where), synchronous, n, False)
+            n = w1_single_session.count(ctx)
+            return trio.run(w1_single_session._tidelog, url_of(*where), synchronous, n, False)
 
     return run
 
@@ -86,7 +88,7 @@ def _w1_tidelog(synchronous: Level) -> Callable[[CaseContext], Metrics]:
 def _w1_alternative(alt: PgAlternative) -> Callable[[CaseContext], Metrics]:
     def run(ctx: CaseContext) -> Metrics:
         with pg_schema() as (dsn, schema):
-            return alt.one_session(dsn, schema, single_session.count(ctx))
+            return alt.one_session(dsn, schema, w1_single_session.count(ctx))
 
     return run
 
@@ -97,7 +99,9 @@ def _w1_alternative(alt: PgAlternative) -> Callable[[CaseContext], Metrics]:
 async def _raw_w2(dsn: str, schema: str, level: PgLevel, sessions: int, appends: int) -> Any:
     conn = open_raw_pg(dsn, schema, level)
     try:
-        return await group_commit.raw_run(RawGroupCommit(conn, insert_rows_pg), sessions, appends)
+        return await w2_group_commit.raw_run(
+            RawGroupCommit(conn, insert_rows_pg), sessions, appends
+        )
     finally:
         conn.close()
 
@@ -106,15 +110,15 @@ def _w2(system: str, synchronous: Level, level: PgLevel) -> Callable[[CaseContex
     def run(ctx: CaseContext) -> Metrics:
         sessions, appends = shape(ctx)
         runs = []
-        for _ in range(group_commit.REPEATS):
+        for _ in range(w2_group_commit.REPEATS):
             with pg_schema() as (dsn, schema):
                 if system == "raw":
                     runs.append(trio.run(_raw_w2, dsn, schema, level, sessions, appends))
                 else:
                     url = url_of(dsn, schema)
-                    main = group_commit._tidelog_main
+                    main = w2_group_commit._tidelog_main
                     runs.append(trio.run(main, url, synchronous, sessions, appends))
-        return group_commit.pooled(runs)
+        return w2_group_commit.pooled(runs)
 
     return run
 
@@ -138,11 +142,11 @@ async def _raw_w2_child(dsn: str, schema: str, prefix: str, sessions: int, appen
         loop = RawGroupCommit(conn, insert_rows_pg)
         async with trio.open_nursery() as writer_nursery:
             writer_nursery.start_soon(loop.run_writer)
-            for r in range(multiprocess.REPEATS):
+            for r in range(w2_multiprocess.REPEATS):
                 gate = Gate(sessions)
                 append_all = functools.partial(raw_client, loop, gate, appends=appends)
                 ids = [f"{prefix}-r{r}-session-{i}" for i in range(sessions)]
-                out[f"start_{r}"], out[f"end_{r}"] = await multiprocess._clients(
+                out[f"start_{r}"], out[f"end_{r}"] = await w2_multiprocess._clients(
                     gate, ids, append_all
                 )
             writer_nursery.cancel_scope.cancel()
@@ -168,25 +172,25 @@ def w2pg_raw_process(args: dict[str, Any]) -> Metrics:
 def _w2_processes(system: str) -> Callable[[CaseContext], Metrics]:
     def run(ctx: CaseContext) -> Metrics:
         appends = ctx.n(50)
-        per = multiprocess.SESSIONS_PER_PROCESS
+        per = w2_multiprocess.SESSIONS_PER_PROCESS
         with pg_schema() as (dsn, schema):
             if system == "raw":
                 open_raw_pg(dsn, schema, "on").close()
                 name, base = "w2pg-raw-process", {"dsn": dsn, "schema": schema}
             else:
                 url = url_of(dsn, schema)
-                multiprocess._prepare(url, "tidelog")  # type: ignore[arg-type]
+                w2_multiprocess._prepare(url, "tidelog")  # type: ignore[arg-type]
                 name, base = "w2-process", {"system": "tidelog", "path": url}
             specs = [
                 (name, {**base, "prefix": f"p{p}", "sessions": per, "appends": appends})
-                for p in range(multiprocess.PROCESSES)
+                for p in range(w2_multiprocess.PROCESSES)
             ]
-            results = run_together(specs, barriers=multiprocess.REPEATS)
+            results = run_together(specs, barriers=w2_multiprocess.REPEATS)
         spans = [
             max(r[f"end_{i}"] for r in results) - min(r[f"start_{i}"] for r in results)
-            for i in range(multiprocess.REPEATS)
+            for i in range(w2_multiprocess.REPEATS)
         ]
-        events = float(multiprocess.REPEATS * multiprocess.PROCESSES * per * appends)
+        events = float(w2_multiprocess.REPEATS * w2_multiprocess.PROCESSES * per * appends)
         return {
             "events_per_s": events / sum(spans),
             "elapsed_s": sum(spans),
@@ -299,7 +303,7 @@ for _tl, _, _label in LEVELS:
             ),
         )
 _W2P = (
-    f"W2pg {multiprocess.PROCESSES} processes x {multiprocess.SESSIONS_PER_PROCESS} sessions"
+    f"W2pg {w2_multiprocess.PROCESSES} processes x {w2_multiprocess.SESSIONS_PER_PROCESS} sessions"
     " x 50 awaited appends, FULL"
 )
 rows(

@@ -18,7 +18,7 @@ import trio
 
 from runtime import NewEvent, open_runtime
 
-from ..core import (
+from ..harness.core import (
     PAYLOAD,
     PAYLOAD_BYTES,
     CaseContext,
@@ -29,7 +29,7 @@ from ..core import (
     encode_payload,
     rows,
 )
-from ..raw import insert_rows, open_raw
+from ..references.raw_sqlite import insert_rows, open_raw
 
 __all__ = ["on_disk"]
 

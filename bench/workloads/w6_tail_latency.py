@@ -29,7 +29,7 @@ import trio
 
 from runtime import NewEvent, open_runtime
 
-from ..core import (
+from ..harness.core import (
     PAYLOAD,
     CaseContext,
     Metrics,
@@ -40,8 +40,8 @@ from ..core import (
     percentile,
     rows,
 )
-from ..procs import ROOT, child_command, child_env, worker
-from ..raw import insert_rows, open_raw
+from ..harness.procs import ROOT, child_command, child_env, worker
+from ..references.raw_sqlite import insert_rows, open_raw
 
 __all__ = ["PAUSE"]
 

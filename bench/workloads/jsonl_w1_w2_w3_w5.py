@@ -1,8 +1,8 @@
 """W1, W1b, W2, W3 and W5 on the JSONL file store, beside a raw file reference and SQLite.
 
-The JSONL cases run the same tidelog code as the SQLite ones (``single_session``,
-``group_commit``, ``cold_load``): ``open_runtime`` is given a directory, which opens a
-:class:`~stores.JsonlStore`. The **raw file reference** does the same file appends with
+The JSONL cases run the same tidelog code as the SQLite ones (``w1_single_session``,
+``w2_group_commit``, ``w3_cold_load``): ``open_runtime`` is given a directory, which opens
+a :class:`~stores.JsonlStore`. The **raw file reference** does the same file appends with
 no tidelog code: each event is one JSON line (``{"seq":N,"data":...}``) written with
 ``os.write`` to its session's file (opened ``O_APPEND`` before the timed region), from trio
 through ``trio.to_thread.run_sync`` with a ``CapacityLimiter(1)`` (one thread hop per
@@ -20,7 +20,7 @@ raw file loop without a target: the runtime's share of W2 with a store that cost
 nothing (no thread hop, no file), so that the JSONL row's distance from it is the store
 thread's share.
 
-Targets (issue 19): JSONL >= 0.8x the raw file reference on W1b and W2.
+Targets: JSONL >= 0.8x the raw file reference on W1b and W2.
 """
 
 from __future__ import annotations
@@ -37,10 +37,10 @@ import trio
 
 from stores import MemoryStore
 
-from ..core import PAYLOAD, CaseContext, Metrics, Row, Target, case, encode_payload, rows
-from ..procs import run_worker, worker
-from . import cold_load, group_commit, single_session
-from .group_commit import Gate, timed_clients
+from ..harness.core import PAYLOAD, CaseContext, Metrics, Row, Target, case, encode_payload, rows
+from ..harness.procs import run_worker, worker
+from . import w1_single_session, w2_group_commit, w3_cold_load
+from .w2_group_commit import Gate, timed_clients
 
 __all__: list[str] = []
 
@@ -85,26 +85,26 @@ async def _raw_one(path: Path, n: int, per_write: int, fsync: bool) -> Metrics:
 
 
 def _raw_w1(per_write: int, fsync: bool) -> Callable[[CaseContext], Metrics]:
-    repeats = single_session.REPEATS_W1B if per_write > 1 else 1
+    repeats = w1_single_session.REPEATS_W1B if per_write > 1 else 1
 
     def run(ctx: CaseContext) -> Metrics:
-        n = single_session.count(ctx)
-        return single_session._repeat(
+        n = w1_single_session.count(ctx)
+        return w1_single_session._repeat(
             ctx, repeats, lambda d: trio.run(_raw_one, d / "raw.jsonl", n, per_write, fsync)
         )
 
     return run
 
 
-def _jsonl_w1(level: single_session.Level, nowait: bool) -> Callable[[CaseContext], Metrics]:
-    repeats = single_session.REPEATS_W1B if nowait else 1
+def _jsonl_w1(level: w1_single_session.Level, nowait: bool) -> Callable[[CaseContext], Metrics]:
+    repeats = w1_single_session.REPEATS_W1B if nowait else 1
 
     def run(ctx: CaseContext) -> Metrics:
-        n = single_session.count(ctx)
-        return single_session._repeat(
+        n = w1_single_session.count(ctx)
+        return w1_single_session._repeat(
             ctx,
             repeats,
-            lambda d: trio.run(single_session._tidelog, _store_dir(d), level, n, nowait),
+            lambda d: trio.run(w1_single_session._tidelog, _store_dir(d), level, n, nowait),
         )
 
     return run
@@ -113,7 +113,7 @@ def _jsonl_w1(level: single_session.Level, nowait: bool) -> Callable[[CaseContex
 case("W1/rawfile-full", system="raw file: os.write + os.fsync per append")(_raw_w1(1, True))
 case("W1/jsonl-full", system="tidelog JSONL (synchronous=full)")(_jsonl_w1("full", False))
 case("W1b/rawfile-full-100", system="raw file: os.write + os.fsync per 100 lines")(
-    _raw_w1(single_session.BATCH, True)
+    _raw_w1(w1_single_session.BATCH, True)
 )
 case("W1b/jsonl-full", system="tidelog JSONL (synchronous=full), append_nowait + flush/100")(
     _jsonl_w1("full", True)
@@ -189,41 +189,45 @@ async def _raw_w2_main(d: Path, fsync: bool, sessions: int, appends: int) -> Any
     finally:
         for fd in fds.values():
             os.close(fd)
-    return group_commit._Run(elapsed, sessions * appends, loop.batches, loop.rows, probe.samples)
+    return w2_group_commit._Run(elapsed, sessions * appends, loop.batches, loop.rows, probe.samples)
 
 
 def _raw_w2(fsync: bool) -> Callable[[CaseContext], Metrics]:
     def run(ctx: CaseContext) -> Metrics:
-        sessions, appends = group_commit.shape(ctx)
-        return group_commit._repeat(
+        sessions, appends = w2_group_commit.shape(ctx)
+        return w2_group_commit._repeat(
             ctx, lambda d: trio.run(_raw_w2_main, d, fsync, sessions, appends)
         )
 
     return run
 
 
-def _jsonl_w2(level: group_commit.Level) -> Callable[[CaseContext], Metrics]:
+def _jsonl_w2(level: w2_group_commit.Level) -> Callable[[CaseContext], Metrics]:
     def run(ctx: CaseContext) -> Metrics:
-        sessions, appends = group_commit.shape(ctx)
-        return group_commit._repeat(
+        sessions, appends = w2_group_commit.shape(ctx)
+        return w2_group_commit._repeat(
             ctx,
-            lambda d: trio.run(group_commit._tidelog_main, _store_dir(d), level, sessions, appends),
+            lambda d: trio.run(
+                w2_group_commit._tidelog_main, _store_dir(d), level, sessions, appends
+            ),
         )
 
     return run
 
 
 def _memory_w2(ctx: CaseContext) -> Metrics:
-    sessions, appends = group_commit.shape(ctx)
-    return group_commit._repeat(
+    sessions, appends = w2_group_commit.shape(ctx)
+    return w2_group_commit._repeat(
         ctx,
-        lambda _: trio.run(group_commit._tidelog_main, MemoryStore(), "normal", sessions, appends),
+        lambda _: trio.run(
+            w2_group_commit._tidelog_main, MemoryStore(), "normal", sessions, appends
+        ),
     )
 
 
 case("W2/memory-normal", system="tidelog on MemoryStore (the runtime alone)")(_memory_w2)
 
-_W2_LEVELS: tuple[tuple[group_commit.Level, str], ...] = (("full", "FULL"), ("normal", "NORMAL"))
+_W2_LEVELS: tuple[tuple[w2_group_commit.Level, str], ...] = (("full", "FULL"), ("normal", "NORMAL"))
 for _w2_level, _upper in _W2_LEVELS:
     case(f"W2/rawfile-{_w2_level}", system=f"raw file group-commit ({_upper})")(
         _raw_w2(_w2_level == "full")
@@ -275,17 +279,17 @@ def _size(path: Path) -> int:
 
 def _w3_case(system: str) -> Callable[[CaseContext], Metrics]:
     def run(ctx: CaseContext) -> Metrics:
-        n = cold_load._events(ctx)
+        n = w3_cold_load._events(ctx)
         with ctx.fresh_dir() as d:
             if system == "jsonl":
                 path = _store_dir(d)
-                trio.run(cold_load._write_tidelog, path, n)
+                trio.run(w3_cold_load._write_tidelog, path, n)
                 work, args = "w3-load", {"system": "tidelog", "path": str(path), "expected": n}
             else:
                 path = d / "raw.jsonl"
                 _write_raw(path, n)
                 work, args = "w3-load-file", {"path": str(path), "expected": n}
-            loads = [run_worker(work, args)["load_ms"] for _ in range(cold_load.PROCESSES)]
+            loads = [run_worker(work, args)["load_ms"] for _ in range(w3_cold_load.PROCESSES)]
             size = _size(path)
         return {
             "load_ms": statistics.median(loads),

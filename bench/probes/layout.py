@@ -1,6 +1,6 @@
-"""The events-table layout, chosen by measurement (issue 18).
+"""The events-table layout, chosen by measurement (it chose SQLite format 4).
 
-``python -m bench.layout`` builds the same data under several SQLite layouts with plain
+``python -m bench.probes.layout`` builds the same data under several SQLite layouts with plain
 apsw (no tidelog code, so only the layout differs) and measures, for each, in one run:
 
 * **W2 shape**: 100 sessions x 50 one-event appends, committed 100 appends per
@@ -16,8 +16,9 @@ apsw (no tidelog code, so only the layout differs) and measures, for each, in on
 
 Layouts (the columns are tidelog's: ``sid, seq, ts, kind, data, run_id``):
 
-* ``v3`` -- today's format 3: events clustered by ``(sid, seq)`` (``WITHOUT ROWID``), the
-  session row's ``head`` and ``updated_at`` updated by every batch, page size 4096;
+* ``v3`` -- format 3, the one before format 4: events clustered by ``(sid, seq)``
+  (``WITHOUT ROWID``), the session row's ``head`` and ``updated_at`` updated by every
+  batch, page size 4096;
 * ``rowid`` -- events in a rowid table with a unique index on ``(sid, seq)``;
 * ``derived-head`` -- as ``v3`` without the session row update: the head would be the
   largest seq (an index seek); what the update costs;
@@ -39,7 +40,7 @@ from pathlib import Path
 
 import apsw
 
-from .core import PAYLOAD
+from ..harness.core import PAYLOAD
 
 SESSIONS = 100
 APPENDS = 50
@@ -250,7 +251,7 @@ def table(results: dict[str, dict[str, float]]) -> str:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(prog="python -m bench.layout", description=__doc__)
+    parser = argparse.ArgumentParser(prog="python -m bench.probes.layout", description=__doc__)
     parser.add_argument("--rounds", type=int, default=3)
     args = parser.parse_args()
     print(table(measure(args.rounds)))

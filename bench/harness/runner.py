@@ -1,13 +1,13 @@
 """Run the selected cases round by round and reduce them to table rows.
 
 Every round runs every selected case once, each in a fresh child process (``python -m
-bench.worker case``: nothing a case imported or allocated -- an alternative library, a
-million-event fold -- is in the process that measures the next one) and a fresh
-temporary directory; the start
-of the order rotates by one case per round, so no system always runs first or last on a
-machine whose speed drifts. Values are medians over the rounds. A ratio is paired by
-round: the median over rounds of (this round's value / the reference's value in the same
-round), which cancels drift between rounds; the JSON also keeps the ratio of the medians.
+bench.harness.worker case``: nothing a case imported or allocated -- an alternative
+library, a million-event fold -- is in the process that measures the next one) and a fresh
+temporary directory; the start of the order rotates by one case per round, so no system
+always runs first or last on a machine whose speed drifts. Values are medians over the
+rounds. A ratio is paired by round: the median over rounds of (this round's value / the
+reference's value in the same round), which cancels drift between rounds; the JSON also
+keeps the ratio of the medians.
 """
 
 from __future__ import annotations

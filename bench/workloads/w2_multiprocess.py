@@ -31,10 +31,10 @@ import trio
 
 from runtime import open_runtime
 
-from ..core import CaseContext, Metrics, Row, Target, case, rows
-from ..procs import ready_then_wait, run_together, worker
-from ..raw import open_raw
-from .group_commit import Gate, RawGroupCommit, raw_client, tidelog_client
+from ..harness.core import CaseContext, Metrics, Row, Target, case, rows
+from ..harness.procs import ready_then_wait, run_together, worker
+from ..references.raw_sqlite import open_raw
+from .w2_group_commit import Gate, RawGroupCommit, raw_client, tidelog_client
 
 __all__ = ["PROCESSES", "REPEATS", "SESSIONS_PER_PROCESS"]
 

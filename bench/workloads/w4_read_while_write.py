@@ -8,7 +8,7 @@ decoded events in hand); ``read_call_*`` metrics in the JSON time the ``read`` c
 
 Each round first runs the writer alone (solo rate), then writer + reader, each in a fresh
 database; the writer's rate with the reader is reported as a ratio of its solo rate.
-A :class:`~bench.core.LagProbe` runs during the writer + reader phase (W9).
+A :class:`~bench.harness.core.LagProbe` runs during the writer + reader phase (W9).
 
 Systems: ``tidelog`` (default ``synchronous="normal"``; reads through a
 ``rt.open_session("s", mode="read")`` handle, so the runtime's reader connection) and
@@ -27,7 +27,7 @@ import trio
 
 from runtime import NewEvent, open_runtime
 
-from ..core import (
+from ..harness.core import (
     PAYLOAD,
     CaseContext,
     LagProbe,
@@ -39,7 +39,7 @@ from ..core import (
     percentile,
     rows,
 )
-from ..raw import insert_rows, open_raw, read_last
+from ..references.raw_sqlite import insert_rows, open_raw, read_last
 
 __all__ = ["LAST", "SEED"]
 
@@ -264,7 +264,8 @@ rows(
         reference=(_RAW, "lag_p99_ms"),
         target=Target("value", "<=", 2.0),
     ),
-    # Issue 18: and never above 1.2x the raw pair's own lag in the same run.
+    # And never above 1.2x the raw pair's own lag in the same run: the raw pair shows how
+    # much of the lag is the machine's.
     Row(
         "W9",
         f"{_W9}: p99 against the raw pair's",

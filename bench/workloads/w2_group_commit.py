@@ -2,7 +2,7 @@
 
 100 trio tasks, one per session, each awaits 50 appends of one event (the payload). The
 timed region starts when every task holds its session open and ends when the last append
-returned; opening and closing sessions is outside it. A :class:`~bench.core.LagProbe`
+returned; opening and closing sessions is outside it. A :class:`~bench.harness.core.LagProbe`
 runs during the timed region of every system (W9). One measurement is :data:`REPEATS`
 back-to-back repetitions, each in a fresh database: events/s is total events over total
 timed seconds, lag percentiles are over the pooled samples.
@@ -12,11 +12,11 @@ Systems:
 * ``raw apsw group-commit``: the physical reference. One writer trio task drains the queue
   of all tasks and commits every queued row in one transaction per thread hop
   (``trio.to_thread.run_sync`` with a ``CapacityLimiter(1)``); each task awaits its own
-  commit. Run at ``synchronous=FULL`` (the issue's reference) and ``NORMAL`` (like for like
+  commit. Run at ``synchronous=FULL`` (the reference of the targets) and ``NORMAL`` (like for like
   with tidelog's default).
 * ``tidelog``: ``open_runtime(path, synchronous=...)``, one ``SessionWriter`` per task,
   ``await w.append([NewEvent("message", PAYLOAD)])``.
-* the alternatives (:mod:`bench.alternatives`, FULL like sqlite3's default): one
+* the alternatives (:mod:`bench.references.alternatives`, FULL like sqlite3's default): one
   repetition each, no lag probe. Synchronous libraries run in trio worker threads.
 """
 
@@ -33,10 +33,20 @@ import trio
 from runtime import NewEvent, Runtime, open_runtime
 from stores import Store
 
-from ..alternatives import ALL as ALTERNATIVES
-from ..alternatives import Alternative
-from ..core import PAYLOAD, CaseContext, LagProbe, Metrics, Row, Target, case, encode_payload, rows
-from ..raw import RawLayout, RawSync, insert_rows, open_raw
+from ..harness.core import (
+    PAYLOAD,
+    CaseContext,
+    LagProbe,
+    Metrics,
+    Row,
+    Target,
+    case,
+    encode_payload,
+    rows,
+)
+from ..references.alternatives import ALL as ALTERNATIVES
+from ..references.alternatives import Alternative
+from ..references.raw_sqlite import RawLayout, RawSync, insert_rows, open_raw
 
 __all__ = [
     "REPEATS",
@@ -323,7 +333,7 @@ for _level, _raw_level in _LEVELS:
             _RATE,
             "events/s",
             reference=(_raw, _RATE),
-            # Against the raw loop on the format 3 layout (issue 18: >= 1.3x FULL).
+            # Against the raw loop on format 3's layout, so the gain of format 4's shows.
             target=Target("ratio", ">=", 1.3 if _level == "full" else 0.8),
         ),
         Row("W2", f"{_W2}, {_raw_level}: same layout", _raw4, _RATE, "events/s", note="reference"),
@@ -375,7 +385,8 @@ for _level, _raw_level in _LEVELS:
             reference=(_raw, "lag_p99_ms"),
             target=Target("value", "<=", 2.0),
         ),
-        # Issue 18: and never above 1.2x the raw loop's own lag in the same run.
+        # And never above 1.2x the raw loop's own lag in the same run: the raw loop shows
+        # how much of the lag is the machine's.
         Row(
             "W9",
             f"{_W9} {_raw_level}: p99 against the raw loop's",

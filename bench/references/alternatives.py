@@ -23,8 +23,9 @@ value is returned as the ``sqlite_synchronous`` metric (2 = FULL).
 Synchronous APIs run directly for one session (W1: what a user would do) and in worker
 threads for many concurrent sessions (W2: ``trio.to_thread.run_sync``, trio's default 40
 threads), as a trio program would have to. W1 also runs them the two ways a trio program
-could (issue 18): in a worker thread per append (off the loop), and directly on the trio
-thread with a lag probe running, which shows how long each call stalls the event loop.
+could, for a comparison fair to a trio service: in a worker thread per append (off the
+loop), and directly on the trio thread with a lag probe running, which shows how long each
+call stalls the event loop.
 """
 
 from __future__ import annotations
@@ -40,7 +41,7 @@ from typing import Any
 
 import trio
 
-from .core import PAYLOAD, LagProbe, encode_payload
+from ..harness.core import PAYLOAD, LagProbe, encode_payload
 
 __all__ = [
     "ALL",
@@ -236,7 +237,7 @@ def _threaded_one(opener: Callable[[Path], Any], path: Path, count: int) -> floa
 def _direct_lag(opener: Callable[[Path], Any], path: Path, count: int) -> dict[str, float]:
     """W1 calling a synchronous library directly on the trio thread, with a checkpoint
     between appends (as any other await of the program would be) and a
-    :class:`~bench.core.LagProbe`: the loop is stalled for every call, fsync included."""
+    :class:`~bench.harness.core.LagProbe`: the loop is stalled for every call, fsync included."""
     log = opener(path)
 
     async def main() -> dict[str, float]:
@@ -262,7 +263,7 @@ def _direct_lag(opener: Callable[[Path], Any], path: Path, count: int) -> dict[s
 
 def _threaded_many(opener: Callable[[Path], Any], path: Path, sessions: int, appends: int) -> float:
     """``sessions`` trio tasks, each awaiting ``appends`` sync appends in worker threads."""
-    from .workloads.group_commit import Gate, timed_clients
+    from ..workloads.w2_group_commit import Gate, timed_clients
 
     log = opener(path)
 

@@ -26,8 +26,8 @@ import trio
 from runtime import NewEvent, open_runtime
 from stores import AppendOp, SqliteStore, prepare_events
 
-from ..core import PAYLOAD, CaseContext, Metrics, Row, Target, case, rows
-from .disk import on_disk
+from ..harness.core import PAYLOAD, CaseContext, Metrics, Row, Target, case, rows
+from .w5_disk import on_disk
 
 __all__: list[str] = []
 
@@ -55,8 +55,8 @@ async def _fork(path: Path) -> float:
 
 
 async def _values(path: Path, session: str) -> tuple[float, int]:
-    # The full fold before leaves 100k events' worth of garbage; without this, a gen-2
-    # collection lands in whichever timed read comes next (measured: 6 ms -> 14 ms).
+    # W7: the full fold before leaves 100k events' worth of garbage; without this, a gen-2
+    # collection lands in whichever timed read comes next (bench/HISTORY.md).
     gc.collect()
     async with open_runtime(path) as rt, rt.snapshot(session) as snap:
         start = time.perf_counter()

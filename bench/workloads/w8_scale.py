@@ -26,8 +26,8 @@ import trio
 from runtime import NewEvent, SessionWriter, open_runtime
 from stores import AppendOp, SqliteStore, prepare_events
 
-from ..core import PAYLOAD, CaseContext, Metrics, Row, Target, case, percentile, rows
-from ..procs import run_worker, worker
+from ..harness.core import PAYLOAD, CaseContext, Metrics, Row, Target, case, percentile, rows
+from ..harness.procs import run_worker, worker
 
 __all__ = ["SESSIONS", "build"]
 

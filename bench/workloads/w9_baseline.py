@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import trio
 
-from ..core import CaseContext, LagProbe, Metrics, Row, case, rows
+from ..harness.core import CaseContext, LagProbe, Metrics, Row, case, rows
 
 __all__ = ["idle_loop"]
 

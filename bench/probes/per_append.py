@@ -1,9 +1,9 @@
-"""The cost of one awaited append on the trio thread (issue 18), on its own.
+"""The cost of one awaited append on the trio thread (W11), on its own.
 
 A runtime over a :class:`~stores.MemoryStore` keeps storage and threads out of the
 picture: validation and encoding, the session actor, the group-commit batch, the store's
 bookkeeping and the trips through trio's scheduler all run on the trio thread. The
-program awaits ``n`` appends of one event (the payload, :data:`bench.core.PAYLOAD`) to
+program awaits ``n`` appends of one event (the payload, :data:`bench.harness.core.PAYLOAD`) to
 one session, after :data:`WARM_UP` appends that are not counted.
 
 The *floor* is what any awaited append of the payload must do on the trio thread: encode
@@ -18,13 +18,13 @@ threads; the fsync itself, a syscall, is not counted.
 
 Two ways to measure, the same program:
 
-* time: ``python -m bench.per_append`` prints us per append (median of
+* time: ``python -m bench.probes.per_append`` prints us per append (median of
   :data:`REPEATS` runs); the W11 rows of ``python -m bench`` do the same.
-* instructions: ``python -m bench.per_append --callgrind`` runs the program under
+* instructions: ``python -m bench.probes.per_append --callgrind`` runs the program under
   ``valgrind --tool=callgrind`` for ``0`` and ``n`` appends and prints the difference
   divided by ``n`` (start-up, imports and warm-up cancel out), with ``PYTHONHASHSEED=0``.
-  Counts repeat to a fraction of a percent whatever else the machine runs, where timings
-  here drift by 10-35 %; it takes about a minute (two runs side by side).
+  Counts repeat whatever else the machine runs, where timings drift with the machine's
+  load (``bench/HISTORY.md``); it takes about a minute (two runs side by side).
 """
 
 from __future__ import annotations
@@ -44,15 +44,15 @@ import trio
 
 from runtime import MemoryStore, NewEvent, open_runtime
 
-from .core import PAYLOAD, encode_payload
+from ..harness.core import PAYLOAD, encode_payload
 
 __all__ = ["REPEATS", "WARM_UP", "callgrind_per_append", "floor_loop", "tidelog_loop"]
 
 #: Appends before the counted ones (the actor, the lease and every cache are warm).
 WARM_UP = 200
-#: Timed runs per measurement of ``python -m bench.per_append``.
+#: Timed runs per measurement of ``python -m bench.probes.per_append``.
 REPEATS = 5
-_ROOT = Path(__file__).resolve().parent.parent
+_ROOT = Path(__file__).resolve().parents[2]
 
 
 async def tidelog_loop(n: int) -> float:
@@ -137,7 +137,7 @@ _LOOPS = {
     "w1b-jsonl": w1b_jsonl_loop,
     "w1b-rawfile": w1b_rawfile_loop,
 }
-#: What ``python -m bench.per_append`` measures unless ``--system`` says otherwise.
+#: What ``python -m bench.probes.per_append`` measures unless ``--system`` says otherwise.
 _DEFAULT = ("tidelog", "floor")
 
 
@@ -151,8 +151,8 @@ def callgrind_per_append(system: str, n: int) -> float:
         raise RuntimeError("valgrind is not installed")
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(_ROOT), env.get("PYTHONPATH")]))
-    # str hashes are randomised per process, which moves a count by up to ~1k (dict and
-    # set layouts): one fixed seed makes runs comparable.
+    # W11: str hashes are randomised per process, which moves a count (dict and set
+    # layouts; bench/HISTORY.md): one fixed seed makes runs comparable.
     env["PYTHONHASHSEED"] = "0"
     with tempfile.TemporaryDirectory(prefix="tidelog-callgrind-") as tmp:
         runs = []
@@ -163,7 +163,7 @@ def callgrind_per_append(system: str, n: int) -> float:
                 f"--callgrind-out-file={tmp}/callgrind.{count}.out",
                 sys.executable,
                 "-m",
-                "bench.per_append",
+                "bench.probes.per_append",
                 "--run",
                 system,
                 str(count),
@@ -184,7 +184,7 @@ def callgrind_per_append(system: str, n: int) -> float:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m bench.per_append", description=__doc__)
+    parser = argparse.ArgumentParser(prog="python -m bench.probes.per_append", description=__doc__)
     parser.add_argument("--callgrind", action="store_true", help="count instructions")
     parser.add_argument("--appends", type=int, default=None, help="appends per run")
     parser.add_argument(
