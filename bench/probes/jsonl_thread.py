@@ -4,7 +4,7 @@ W2's batches as the runtime's writer hands them to the store: ``write_batch`` wi
 one-event append (the bench payload, leased, with ``expected_head``) for each of 100
 sessions, 50 batches per measurement, best of 7, ``synchronous="normal"``, no event
 loop and no other thread competing for the GIL. It prints microseconds per op: the share
-of W2's per-event cost that the JSONL write path (``stores/jsonl*``) decides.
+of W2's per-event cost that the JSONL write path (``stores/jsonl/``) decides.
 
 Beside it, measured the same way in the same run, the raw file reference's share: what
 W2's raw loop does per op in its thread, one ``os.write`` of the op's line to its

@@ -23,7 +23,7 @@ steady state -- one event per op, every session already there, one owner -- has 
 statement of the same shape and rule, :data:`APPEND_ONE_EACH` (five arrays instead of
 nine, no running sum, no creation branch).
 
-Measured (``python -m bench.pg_paths``: microseconds per committed batch of n one-event
+Measured (``python -m bench.probes.pg_paths``: microseconds per committed batch of n one-event
 appends to existing sessions, asynchronous commit, local socket, 2 cores, a quiet
 machine; noisy to +-30 %):
 

@@ -122,7 +122,7 @@ def _events_in_commit_order(conn: apsw.Connection) -> None:
     """Version 4: events in a rowid table (rows in commit order) with a unique index on
     ``(sid, seq)``, instead of clustered by ``(sid, seq)`` (``WITHOUT ROWID``).
 
-    Chosen by measurement (``python -m bench.layout``, bench/README.md): a batch of
+    Chosen by measurement (``python -m bench.probes.layout``, bench/README.md): a batch of
     group commit appends to many sessions, and clustered by session each of their rows
     lands on another leaf page -- 100 sessions' appends dirtied ~100 pages per commit
     (7.4 KB of WAL per event); in commit order they fill the last pages and only the small
