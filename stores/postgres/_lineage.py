@@ -1,6 +1,6 @@
 """Forks that share their parent's prefix, and reading a session's log, on PostgreSQL.
 
-The model is SQLite's (:mod:`stores.sqlite._lineage`): a fork stores only its own events;
+The model is the one of :mod:`stores._lineage` (the walk is written there): a fork stores only its own events;
 its row names a *base* (``base_sid``, ``base_seq``) from which it reads seqs up to
 ``base_seq`` -- a chain, since the base may be a fork too. Forking is O(1). Before a
 destructive change removes events a child still reads through its base (a truncate or
@@ -19,12 +19,13 @@ from __future__ import annotations
 
 from typing import Any
 
+import attrs
 import psycopg
 
-from .._checks import check_fork, fork_header
+from .. import _lineage as lineage
 from .._contract import Pin
 from .._errors import SnapshotExpiredError
-from .._records import JSON, SessionInfo, decode_json_object, encode_json
+from .._records import JSON, SessionInfo
 
 __all__ = [
     "chain_cte",
@@ -152,42 +153,10 @@ def fork_session(
     header: dict[str, JSON],
     now: float,
 ) -> SessionInfo:
-    """Create ``new_id`` as a fork of ``source_id`` at ``at_seq`` (its head if None),
-    inside the caller's write transaction: one row whose base is the session that stores
-    the events at the fork point. The source's row and the chosen base's are locked
-    (``FOR SHARE``), so no truncate of either can miss the new child.
-
-    Raises :class:`SessionExistsError`, :class:`SessionNotFoundError`, or
-    :class:`InvalidArgumentError` for a bad ``at_seq``, in that order
-    (:func:`~stores._checks.check_fork`)."""
-    target = conn.execute("SELECT 1 FROM sessions WHERE id = %s", (new_id,)).fetchone()
-    row = conn.execute(
-        "SELECT sid, head, header, base_sid, base_seq FROM sessions WHERE id = %s FOR SHARE",
-        (source_id,),
-    ).fetchone()
-    at = check_fork(
-        source_id,
-        new_id,
-        at_seq,
-        target_exists=target is not None,
-        source_head=None if row is None else int(row[1]),
-    )
-    assert row is not None  # check_fork refused an unknown source
-    sid, _, header_json, base_sid, base_seq = row
-    while base_sid is not None and at <= base_seq:  # point at the events' owner
-        sid = base_sid
-        found = conn.execute(
-            "SELECT base_sid, base_seq FROM sessions WHERE sid = %s FOR SHARE", (sid,)
-        ).fetchone()
-        assert found is not None
-        base_sid, base_seq = found
-    merged = fork_header(decode_json_object(header_json), header, source_id, at)
-    conn.execute(
-        "INSERT INTO sessions(id, head, created_at, updated_at, header, parent_id, "
-        "parent_seq, base_sid, base_seq) VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s)",
-        (new_id, at, now, now, encode_json(merged), source_id, at, sid if at > 0 else None, at),
-    )
-    return SessionInfo(new_id, at, now, now, merged, (source_id, at))
+    """:func:`stores._lineage.fork_session` inside the caller's write transaction. The
+    source's row and the chosen base's are locked (``FOR SHARE``), so no truncate of
+    either can miss the new child."""
+    return lineage.fork_session(_Sql(conn), source_id, new_id, at_seq, header, now)
 
 
 _COPY = (
@@ -198,34 +167,63 @@ _COPY = (
 )
 
 
-def protect_children(conn: Conn, sid: int, cut: int, *, deleting: bool) -> None:
-    """Before events of ``sid`` after ``cut`` are removed (or ``sid`` is deleted), copy
-    into each child the part of its prefix it would lose, and re-point its base. The
-    children's rows are locked first, in sid order."""
-    children = conn.execute(
-        "SELECT sid, base_seq FROM sessions WHERE base_sid = %s ORDER BY sid FOR UPDATE", (sid,)
-    ).fetchall()
-    if not children:
-        return
-    own_base: tuple[Any, ...] | None = None
-    for child, child_base in children:
-        if not deleting and child_base <= cut:
-            continue
-        if deleting:
-            if own_base is None:
-                own_base = tuple(
-                    conn.execute(
-                        "SELECT base_sid, base_seq FROM sessions WHERE sid = %s", (sid,)
-                    ).fetchone()
-                    or (None, 0)
-                )
-            base_sid, base_seq = own_base
-            keep = min(base_seq, child_base) if base_sid is not None else 0
-            new_base = base_sid if keep > 0 else None
-        else:
-            keep, new_base = cut, (sid if cut > 0 else None)
-        conn.execute(_COPY, {"sid": sid, "child": child, "keep": keep, "upto": child_base})
-        conn.execute(
-            "UPDATE sessions SET base_sid = %s, base_seq = %s WHERE sid = %s",
-            (new_base, keep, child),
+@attrs.frozen
+class _Sql:
+    """The lineage statements on one PostgreSQL connection
+    (:class:`stores._lineage.LineageSql`): rows read for a fork are locked ``FOR SHARE``,
+    children ``FOR UPDATE`` in sid order, and copies stay on the server."""
+
+    conn: Conn
+
+    def exists(self, session_id: str) -> bool:
+        found = self.conn.execute("SELECT 1 FROM sessions WHERE id = %s", (session_id,))
+        return found.fetchone() is not None
+
+    def source(self, session_id: str) -> tuple[int, int, str, int | None, int] | None:
+        row = self.conn.execute(
+            "SELECT sid, head, header, base_sid, base_seq FROM sessions WHERE id = %s FOR SHARE",
+            (session_id,),
+        ).fetchone()
+        return None if row is None else (int(row[0]), int(row[1]), row[2], row[3], int(row[4]))
+
+    def base_of(self, sid: int) -> tuple[int | None, int]:
+        found = self.conn.execute(
+            "SELECT base_sid, base_seq FROM sessions WHERE sid = %s FOR SHARE", (sid,)
+        ).fetchone()
+        return (None, 0) if found is None else (found[0], int(found[1]))
+
+    def insert_fork(
+        self,
+        new_id: str,
+        at: int,
+        now: float,
+        header_json: str,
+        parent_id: str,
+        base_sid: int | None,
+    ) -> None:
+        self.conn.execute(
+            "INSERT INTO sessions(id, head, created_at, updated_at, header, parent_id, "
+            "parent_seq, base_sid, base_seq) VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s)",
+            (new_id, at, now, now, header_json, parent_id, at, base_sid, at),
         )
+
+    def children(self, sid: int) -> list[tuple[int, int]]:
+        rows = self.conn.execute(
+            "SELECT sid, base_seq FROM sessions WHERE base_sid = %s ORDER BY sid FOR UPDATE",
+            (sid,),
+        ).fetchall()
+        return [(int(row[0]), int(row[1])) for row in rows]
+
+    def copy_prefix(self, sid: int, child: int, keep: int, upto: int) -> None:
+        self.conn.execute(_COPY, {"sid": sid, "child": child, "keep": keep, "upto": upto})
+
+    def rebase(self, child: int, base_sid: int | None, base_seq: int) -> None:
+        self.conn.execute(
+            "UPDATE sessions SET base_sid = %s, base_seq = %s WHERE sid = %s",
+            (base_sid, base_seq, child),
+        )
+
+
+def protect_children(conn: Conn, sid: int, cut: int, *, deleting: bool) -> None:
+    """:func:`stores._lineage.protect_children` inside the caller's write transaction."""
+    lineage.protect_children(_Sql(conn), sid, cut, deleting=deleting)

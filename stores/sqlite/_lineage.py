@@ -16,9 +16,10 @@ from __future__ import annotations
 from typing import Any
 
 import apsw
+import attrs
 
-from .._checks import check_fork, fork_header
-from .._records import JSON, SessionInfo, decode_json_object, encode_json
+from .. import _lineage as lineage
+from .._records import JSON, SessionInfo
 from ._connection import INSERT_EVENT, one
 
 __all__ = ["find_run", "fork_session", "pieces", "protect_children", "ranges_of", "read_rows"]
@@ -26,6 +27,60 @@ __all__ = ["find_run", "fork_session", "pieces", "protect_children", "ranges_of"
 _COLUMNS = "seq, ts, kind, data, run_id"
 Row = tuple[Any, ...]
 Range = tuple[int, int, int]
+
+
+@attrs.frozen
+class _Sql:
+    """The lineage statements on one SQLite connection (:class:`stores._lineage.LineageSql`)."""
+
+    conn: apsw.Connection
+
+    def exists(self, session_id: str) -> bool:
+        return (
+            self.conn.execute("SELECT 1 FROM sessions WHERE id=?", (session_id,)).fetchone()
+            is not None
+        )
+
+    def source(self, session_id: str) -> tuple[int, int, str, int | None, int] | None:
+        row = self.conn.execute(
+            "SELECT sid, head, header, base_sid, base_seq FROM sessions WHERE id=?", (session_id,)
+        ).fetchone()
+        return None if row is None else (int(row[0]), int(row[1]), row[2], row[3], int(row[4]))
+
+    def base_of(self, sid: int) -> tuple[int | None, int]:
+        base_sid, base_seq = one(
+            self.conn, "SELECT base_sid, base_seq FROM sessions WHERE sid=?", (sid,)
+        )
+        return base_sid, int(base_seq)
+
+    def insert_fork(
+        self,
+        new_id: str,
+        at: int,
+        now: float,
+        header_json: str,
+        parent_id: str,
+        base_sid: int | None,
+    ) -> None:
+        self.conn.execute(
+            "INSERT INTO sessions(id, head, created_at, updated_at, header, parent_id, "
+            "parent_seq, base_sid, base_seq) VALUES (?,?,?,?,?,?,?,?,?)",
+            (new_id, at, now, now, header_json, parent_id, at, base_sid, at),
+        )
+
+    def children(self, sid: int) -> list[tuple[int, int]]:
+        rows = self.conn.execute("SELECT sid, base_seq FROM sessions WHERE base_sid=?", (sid,))
+        return [(int(row[0]), int(row[1])) for row in rows]
+
+    def copy_prefix(self, sid: int, child: int, keep: int, upto: int) -> None:
+        source = [r for r in ranges_of(self.conn, sid) if r[2] > keep]
+        rows = read_rows(self.conn, source, keep, upto, None, False)
+        self.conn.executemany(INSERT_EVENT, [(child, *row) for row in rows])
+
+    def rebase(self, child: int, base_sid: int | None, base_seq: int) -> None:
+        self.conn.execute(
+            "UPDATE sessions SET base_sid=?, base_seq=? WHERE sid=?", (base_sid, base_seq, child)
+        )
 
 
 def fork_session(
@@ -36,39 +91,8 @@ def fork_session(
     header: dict[str, JSON],
     now: float,
 ) -> SessionInfo:
-    """Create ``new_id`` as a fork of ``source_id`` at ``at_seq`` (its head if None): one
-    session row whose base is the session that stores the events at the fork point. The
-    child's header is :func:`~stores._checks.fork_header`'s. Runs in the caller's write
-    transaction; the ids and ``header`` are validated, ``at_seq`` is checked here, after
-    the lookups (:func:`~stores._checks.check_fork`'s order).
-
-    Raises :class:`SessionExistsError`, :class:`SessionNotFoundError`, or
-    :class:`InvalidArgumentError` for a bad ``at_seq``, in that order."""
-    target = conn.execute("SELECT 1 FROM sessions WHERE id=?", (new_id,)).fetchone()
-    row = conn.execute(
-        "SELECT sid, head, header, base_sid, base_seq FROM sessions WHERE id=?", (source_id,)
-    ).fetchone()
-    at = check_fork(
-        source_id,
-        new_id,
-        at_seq,
-        target_exists=target is not None,
-        source_head=None if row is None else int(row[1]),
-    )
-    assert row is not None  # check_fork refused an unknown source
-    sid, _, header_json, base_sid, base_seq = row
-    while base_sid is not None and at <= base_seq:  # point at the events' owner
-        sid = base_sid
-        base_sid, base_seq = one(
-            conn, "SELECT base_sid, base_seq FROM sessions WHERE sid=?", (sid,)
-        )
-    merged = fork_header(decode_json_object(header_json), header, source_id, at)
-    conn.execute(
-        "INSERT INTO sessions(id, head, created_at, updated_at, header, parent_id, "
-        "parent_seq, base_sid, base_seq) VALUES (?,?,?,?,?,?,?,?,?)",
-        (new_id, at, now, now, encode_json(merged), source_id, at, sid if at > 0 else None, at),
-    )
-    return SessionInfo(new_id, at, now, now, merged, (source_id, at))
+    """:func:`stores._lineage.fork_session` on ``conn``, in the caller's write transaction."""
+    return lineage.fork_session(_Sql(conn), source_id, new_id, at_seq, header, now)
 
 
 def pieces(
@@ -143,28 +167,6 @@ def find_run(conn: apsw.Connection, ranges: list[Range], run_id: str) -> tuple[i
     return (found[0][0], found[-1][1]) if found else None
 
 
-def _children(conn: apsw.Connection, sid: int) -> list[tuple[int, int]]:
-    rows = conn.execute("SELECT sid, base_seq FROM sessions WHERE base_sid=?", (sid,))
-    return [(int(row[0]), int(row[1])) for row in rows]
-
-
 def protect_children(conn: apsw.Connection, sid: int, cut: int, *, deleting: bool) -> None:
-    """Before events of ``sid`` after ``cut`` are removed (or ``sid`` is deleted), copy
-    into each child the part of its prefix it would lose, and re-point its base."""
-    for child, child_base in _children(conn, sid):
-        if not deleting and child_base <= cut:
-            continue
-        if deleting:
-            base_sid, base_seq = one(
-                conn, "SELECT base_sid, base_seq FROM sessions WHERE sid=?", (sid,)
-            )
-            keep = min(base_seq, child_base) if base_sid is not None else 0
-            new_base: int | None = base_sid if keep > 0 else None
-        else:
-            keep, new_base = cut, (sid if cut > 0 else None)
-        source = [r for r in ranges_of(conn, sid) if r[2] > keep]
-        rows = read_rows(conn, source, keep, child_base, None, False)
-        conn.executemany(INSERT_EVENT, [(child, *row) for row in rows])
-        conn.execute(
-            "UPDATE sessions SET base_sid=?, base_seq=? WHERE sid=?", (new_base, keep, child)
-        )
+    """:func:`stores._lineage.protect_children` on ``conn``."""
+    lineage.protect_children(_Sql(conn), sid, cut, deleting=deleting)
