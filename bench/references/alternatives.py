@@ -141,7 +141,7 @@ def _openai_many(path: Path, sessions: int, appends: int) -> float:
 # -- LangGraph ----------------------------------------------------------------------------
 
 
-class _LangGraphLog:
+class LangGraphLog:
     """One ``SqliteSaver`` on one connection; ``put`` one checkpoint per appended item."""
 
     def __init__(self, path: Path) -> None:
@@ -170,7 +170,7 @@ class _LangGraphLog:
 
 
 def _langgraph_one(path: Path, count: int) -> float:
-    log = _LangGraphLog(path)
+    log = LangGraphLog(path)
     try:
         start = time.perf_counter()
         for step in range(1, count + 1):
@@ -183,7 +183,7 @@ def _langgraph_one(path: Path, count: int) -> float:
 # -- eventsourcing --------------------------------------------------------------------------
 
 
-class _EventsourcingLog:
+class EventsourcingLog:
     """One ``SQLiteAggregateRecorder``; one stored event per append."""
 
     def __init__(self, path: Path) -> None:
@@ -204,7 +204,7 @@ class _EventsourcingLog:
 
 
 def _eventsourcing_one(path: Path, count: int) -> float:
-    log = _EventsourcingLog(path)
+    log = EventsourcingLog(path)
     try:
         start = time.perf_counter()
         for version in range(1, count + 1):
@@ -374,20 +374,20 @@ LANGGRAPH = Alternative(
     "LangGraph SqliteSaver (1 new item/checkpoint)",
     ("langgraph.checkpoint.sqlite",),
     _langgraph_one,
-    lambda path, sessions, appends: _threaded_many(_LangGraphLog, path, sessions, appends),
+    lambda path, sessions, appends: _threaded_many(LangGraphLog, path, sessions, appends),
     "sync, called directly",
     "sync, in trio threads",
-    _LangGraphLog,
+    LangGraphLog,
 )
 EVENTSOURCING = Alternative(
     "eventsourcing",
     "eventsourcing SQLite recorder",
     ("eventsourcing.sqlite",),
     _eventsourcing_one,
-    lambda path, sessions, appends: _threaded_many(_EventsourcingLog, path, sessions, appends),
+    lambda path, sessions, appends: _threaded_many(EventsourcingLog, path, sessions, appends),
     "sync, called directly",
     "sync, in trio threads",
-    _EventsourcingLog,
+    EventsourcingLog,
 )
 
 #: Every alternative, in table order.

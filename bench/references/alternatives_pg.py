@@ -23,13 +23,13 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from .alternatives import _EventsourcingLog, _LangGraphLog, quiet
+from .alternatives import EventsourcingLog, LangGraphLog, quiet
 from .raw_pg import create_schema
 
 __all__ = ["ALL_PG", "PgAlternative"]
 
 
-class _LangGraphPg(_LangGraphLog):
+class _LangGraphPg(LangGraphLog):
     """One ``PostgresSaver`` on one connection; ``put`` one checkpoint per appended item
     (``append`` is the SQLite case's)."""
 
@@ -50,7 +50,7 @@ class _LangGraphPg(_LangGraphLog):
         self.configs: dict[str, Any] = {}
 
 
-class _EventsourcingPg(_EventsourcingLog):
+class _EventsourcingPg(EventsourcingLog):
     """One ``PostgresAggregateRecorder``; one stored event per append (``append`` is the
     SQLite case's)."""
 

@@ -89,7 +89,7 @@ def _raw_w1(per_write: int, fsync: bool) -> Callable[[CaseContext], Metrics]:
 
     def run(ctx: CaseContext) -> Metrics:
         n = w1_single_session.count(ctx)
-        return w1_single_session._repeat(
+        return w1_single_session.repeat(
             ctx, repeats, lambda d: trio.run(_raw_one, d / "raw.jsonl", n, per_write, fsync)
         )
 
@@ -101,10 +101,10 @@ def _jsonl_w1(level: w1_single_session.Level, nowait: bool) -> Callable[[CaseCon
 
     def run(ctx: CaseContext) -> Metrics:
         n = w1_single_session.count(ctx)
-        return w1_single_session._repeat(
+        return w1_single_session.repeat(
             ctx,
             repeats,
-            lambda d: trio.run(w1_single_session._tidelog, _store_dir(d), level, n, nowait),
+            lambda d: trio.run(w1_single_session.tidelog, _store_dir(d), level, n, nowait),
         )
 
     return run
@@ -189,13 +189,13 @@ async def _raw_w2_main(d: Path, fsync: bool, sessions: int, appends: int) -> Any
     finally:
         for fd in fds.values():
             os.close(fd)
-    return w2_group_commit._Run(elapsed, sessions * appends, loop.batches, loop.rows, probe.samples)
+    return w2_group_commit.Run(elapsed, sessions * appends, loop.batches, loop.rows, probe.samples)
 
 
 def _raw_w2(fsync: bool) -> Callable[[CaseContext], Metrics]:
     def run(ctx: CaseContext) -> Metrics:
         sessions, appends = w2_group_commit.shape(ctx)
-        return w2_group_commit._repeat(
+        return w2_group_commit.repeat(
             ctx, lambda d: trio.run(_raw_w2_main, d, fsync, sessions, appends)
         )
 
@@ -205,10 +205,10 @@ def _raw_w2(fsync: bool) -> Callable[[CaseContext], Metrics]:
 def _jsonl_w2(level: w2_group_commit.Level) -> Callable[[CaseContext], Metrics]:
     def run(ctx: CaseContext) -> Metrics:
         sessions, appends = w2_group_commit.shape(ctx)
-        return w2_group_commit._repeat(
+        return w2_group_commit.repeat(
             ctx,
             lambda d: trio.run(
-                w2_group_commit._tidelog_main, _store_dir(d), level, sessions, appends
+                w2_group_commit.tidelog_main, _store_dir(d), level, sessions, appends
             ),
         )
 
@@ -217,10 +217,10 @@ def _jsonl_w2(level: w2_group_commit.Level) -> Callable[[CaseContext], Metrics]:
 
 def _memory_w2(ctx: CaseContext) -> Metrics:
     sessions, appends = w2_group_commit.shape(ctx)
-    return w2_group_commit._repeat(
+    return w2_group_commit.repeat(
         ctx,
         lambda _: trio.run(
-            w2_group_commit._tidelog_main, MemoryStore(), "normal", sessions, appends
+            w2_group_commit.tidelog_main, MemoryStore(), "normal", sessions, appends
         ),
     )
 
@@ -279,11 +279,11 @@ def _size(path: Path) -> int:
 
 def _w3_case(system: str) -> Callable[[CaseContext], Metrics]:
     def run(ctx: CaseContext) -> Metrics:
-        n = w3_cold_load._events(ctx)
+        n = w3_cold_load.events(ctx)
         with ctx.fresh_dir() as d:
             if system == "jsonl":
                 path = _store_dir(d)
-                trio.run(w3_cold_load._write_tidelog, path, n)
+                trio.run(w3_cold_load.write_tidelog, path, n)
                 work, args = "w3-load", {"system": "tidelog", "path": str(path), "expected": n}
             else:
                 path = d / "raw.jsonl"

@@ -80,7 +80,7 @@ def _w1_tidelog(synchronous: Level) -> Callable[[CaseContext], Metrics]:
     def run(ctx: CaseContext) -> Metrics:
         with pg_schema() as where:
             n = w1_single_session.count(ctx)
-            return trio.run(w1_single_session._tidelog, url_of(*where), synchronous, n, False)
+            return trio.run(w1_single_session.tidelog, url_of(*where), synchronous, n, False)
 
     return run
 
@@ -116,7 +116,7 @@ def _w2(system: str, synchronous: Level, level: PgLevel) -> Callable[[CaseContex
                     runs.append(trio.run(_raw_w2, dsn, schema, level, sessions, appends))
                 else:
                     url = url_of(dsn, schema)
-                    main = w2_group_commit._tidelog_main
+                    main = w2_group_commit.tidelog_main
                     runs.append(trio.run(main, url, synchronous, sessions, appends))
         return w2_group_commit.pooled(runs)
 
@@ -146,7 +146,7 @@ async def _raw_w2_child(dsn: str, schema: str, prefix: str, sessions: int, appen
                 gate = Gate(sessions)
                 append_all = functools.partial(raw_client, loop, gate, appends=appends)
                 ids = [f"{prefix}-r{r}-session-{i}" for i in range(sessions)]
-                out[f"start_{r}"], out[f"end_{r}"] = await w2_multiprocess._clients(
+                out[f"start_{r}"], out[f"end_{r}"] = await w2_multiprocess.clients(
                     gate, ids, append_all
                 )
             writer_nursery.cancel_scope.cancel()
@@ -179,7 +179,7 @@ def _w2_processes(system: str) -> Callable[[CaseContext], Metrics]:
                 name, base = "w2pg-raw-process", {"dsn": dsn, "schema": schema}
             else:
                 url = url_of(dsn, schema)
-                w2_multiprocess._prepare(url, "tidelog")  # type: ignore[arg-type]
+                w2_multiprocess.prepare(url, "tidelog")  # type: ignore[arg-type]
                 name, base = "w2-process", {"system": "tidelog", "path": url}
             specs = [
                 (name, {**base, "prefix": f"p{p}", "sessions": per, "appends": appends})

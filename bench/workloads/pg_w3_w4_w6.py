@@ -70,11 +70,11 @@ def w3pg_raw_load(args: dict[str, Any]) -> Metrics:
 
 def _w3(system: str) -> Any:
     def run(ctx: CaseContext) -> Metrics:
-        n = w3_cold_load._events(ctx)
+        n = w3_cold_load.events(ctx)
         with pg_schema() as (dsn, schema):
             if system == "tidelog":
                 url = url_of(dsn, schema)
-                trio.run(w3_cold_load._write_tidelog, url, n)
+                trio.run(w3_cold_load.write_tidelog, url, n)
                 name, args = "w3-load", {"system": "tidelog", "path": url, "expected": n}
             else:
                 conn = open_raw_pg(dsn, schema, "off")
@@ -123,7 +123,7 @@ async def _raw_w4(dsn: str, schema: str, count: int, with_reader: bool) -> Metri
                 assert len(events) == w4_read_while_write.LAST
                 state.record(start, start, end)
 
-        return await w4_read_while_write._phase(
+        return await w4_read_while_write.phase(
             append_one, read_loop if with_reader else None, count
         )
     finally:
@@ -133,16 +133,16 @@ async def _raw_w4(dsn: str, schema: str, count: int, with_reader: bool) -> Metri
 
 def _w4(system: str) -> Any:
     def run(ctx: CaseContext) -> Metrics:
-        count = w4_read_while_write._writer_count(ctx)
+        count = w4_read_while_write.writer_count(ctx)
         phases = []
         for with_reader in (False, True):
             with pg_schema() as (dsn, schema):
                 if system == "raw":
                     phases.append(trio.run(_raw_w4, dsn, schema, count, with_reader))
                 else:
-                    phase = w4_read_while_write._tidelog_phase
+                    phase = w4_read_while_write.tidelog_phase
                     phases.append(trio.run(phase, url_of(dsn, schema), count, with_reader))
-        return w4_read_while_write._combine(phases[0], phases[1])
+        return w4_read_while_write.combine(phases[0], phases[1])
 
     return run
 
@@ -210,7 +210,7 @@ async def _raw_w6(dsn: str, schema: str, n: int) -> Metrics:
     finally:
         reader.close()
         listener.close()
-    return w6_tail_latency._latency_metrics(latencies[:n])
+    return w6_tail_latency.latency_metrics(latencies[:n])
 
 
 def _w6(system: str) -> Any:
@@ -219,7 +219,7 @@ def _w6(system: str) -> Any:
         with pg_schema() as (dsn, schema):
             if system == "raw":
                 return trio.run(_raw_w6, dsn, schema, n)
-            return trio.run(w6_tail_latency._tidelog_cross, url_of(dsn, schema), n)
+            return trio.run(w6_tail_latency.run_tidelog_cross, url_of(dsn, schema), n)
 
     return run
 

@@ -71,7 +71,7 @@ def _rate(n: int, elapsed: float) -> Metrics:
     return {"appends_per_s": n / elapsed, "events_per_s": n / elapsed, "elapsed_s": elapsed}
 
 
-def _repeat(ctx: CaseContext, repeats: int, once: Callable[[Path], Metrics]) -> Metrics:
+def repeat(ctx: CaseContext, repeats: int, once: Callable[[Path], Metrics]) -> Metrics:
     """``repeats`` measurements, each in a fresh directory: rates over the summed time,
     counters summed."""
     runs = []
@@ -137,7 +137,7 @@ def _raw_case(
 
     def run(ctx: CaseContext) -> Metrics:
         n = count(ctx)
-        return _repeat(
+        return repeat(
             ctx, repeats, lambda d: trio.run(_raw, d / "raw.db", synchronous, n, per_txn, lag)
         )
 
@@ -176,7 +176,7 @@ case("W1b/raw-full-100", system="raw apsw 100 rows per transaction (FULL)")(
 # -- tidelog --------------------------------------------------------------------------------
 
 
-async def _tidelog(
+async def tidelog(
     path: Path | str, synchronous: Level, n: int, nowait: bool, lag: bool = False
 ) -> Metrics:
     async with (
@@ -210,10 +210,10 @@ def _tidelog_case(
 
     def run(ctx: CaseContext) -> Metrics:
         n = count(ctx)
-        return _repeat(
+        return repeat(
             ctx,
             repeats,
-            lambda d: trio.run(_tidelog, d / "tidelog.db", synchronous, n, nowait, lag),
+            lambda d: trio.run(tidelog, d / "tidelog.db", synchronous, n, nowait, lag),
         )
 
     return run

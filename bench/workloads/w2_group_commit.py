@@ -117,7 +117,7 @@ async def timed_clients(
 
 
 @dataclass(frozen=True)
-class _Run:
+class Run:
     """One repetition: timed seconds, events appended, batches (commits) and the events
     they carried, lag samples."""
 
@@ -128,16 +128,16 @@ class _Run:
     lag: list[float]
 
 
-def _repeat(ctx: CaseContext, once: Callable[[Path], _Run]) -> Metrics:
+def repeat(ctx: CaseContext, once: Callable[[Path], Run]) -> Metrics:
     """Run :data:`REPEATS` repetitions, each in a fresh directory; pool them."""
-    runs: list[_Run] = []
+    runs: list[Run] = []
     for _ in range(REPEATS):
         with ctx.fresh_dir() as d:
             runs.append(once(d))
     return pooled(runs)
 
 
-def pooled(runs: Sequence[_Run]) -> Metrics:
+def pooled(runs: Sequence[Run]) -> Metrics:
     """W2's metrics over repetitions: events over total time, the lag samples of all."""
     elapsed = sum(r.elapsed for r in runs)
     events = sum(r.events for r in runs)
@@ -212,7 +212,7 @@ async def tidelog_client(rt: Runtime, gate: Gate, session: str, appends: int) ->
 
 async def _raw_main(
     path: Path, synchronous: RawSync, sessions: int, appends: int, layout: RawLayout
-) -> _Run:
+) -> Run:
     conn = open_raw(path, synchronous, layout)
     try:
         return await raw_run(RawGroupCommit(conn), sessions, appends)
@@ -220,7 +220,7 @@ async def _raw_main(
         conn.close()
 
 
-async def raw_run(loop: RawGroupCommit, sessions: int, appends: int) -> _Run:
+async def raw_run(loop: RawGroupCommit, sessions: int, appends: int) -> Run:
     """One repetition of the raw clients on ``loop``."""
     gate = Gate(sessions)
 
@@ -232,7 +232,7 @@ async def raw_run(loop: RawGroupCommit, sessions: int, appends: int) -> _Run:
         writer_nursery.start_soon(loop.run_writer)
         elapsed, probe = await timed_clients(gate, spawn)
         writer_nursery.cancel_scope.cancel()
-    return _Run(elapsed, sessions * appends, loop.batches, loop.rows, probe.samples)
+    return Run(elapsed, sessions * appends, loop.batches, loop.rows, probe.samples)
 
 
 def _raw_case(
@@ -240,7 +240,7 @@ def _raw_case(
 ) -> Callable[[CaseContext], Metrics]:
     def run(ctx: CaseContext) -> Metrics:
         sessions, appends = shape(ctx)
-        return _repeat(
+        return repeat(
             ctx,
             lambda d: trio.run(_raw_main, d / "raw.db", synchronous, sessions, appends, layout),
         )
@@ -254,9 +254,9 @@ def _raw_case(
 Level = Literal["normal", "full"]
 
 
-async def _tidelog_main(
+async def tidelog_main(
     path: Path | str | Store, synchronous: Level, sessions: int, appends: int
-) -> _Run:
+) -> Run:
     async with open_runtime(path, synchronous=synchronous) as rt:
         gate = Gate(sessions)
 
@@ -267,7 +267,7 @@ async def _tidelog_main(
         before = rt.statistics()
         elapsed, probe = await timed_clients(gate, spawn)
         after = rt.statistics()
-    return _Run(
+    return Run(
         elapsed,
         sessions * appends,
         after.writer.batches_committed - before.writer.batches_committed,
@@ -279,9 +279,9 @@ async def _tidelog_main(
 def _tidelog_case(synchronous: Level) -> Callable[[CaseContext], Metrics]:
     def run(ctx: CaseContext) -> Metrics:
         sessions, appends = shape(ctx)
-        return _repeat(
+        return repeat(
             ctx,
-            lambda d: trio.run(_tidelog_main, d / "tidelog.db", synchronous, sessions, appends),
+            lambda d: trio.run(tidelog_main, d / "tidelog.db", synchronous, sessions, appends),
         )
 
     return run

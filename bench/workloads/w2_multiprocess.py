@@ -46,7 +46,7 @@ REPEATS = 3
 System = Literal["tidelog", "raw"]
 
 
-async def _clients(gate: Gate, sessions: list[str], append_all: Any) -> tuple[float, float]:
+async def clients(gate: Gate, sessions: list[str], append_all: Any) -> tuple[float, float]:
     """Run the clients once every one is ready and the parent said go; (start, end)."""
     async with trio.open_nursery() as nursery:
         for session in sessions:
@@ -68,7 +68,7 @@ async def _tidelog_child(path: str, prefix: str, sessions: int, appends: int) ->
             gate = Gate(sessions)
             append_all = functools.partial(tidelog_client, rt, gate, appends=appends)
             ids = [f"{prefix}-r{r}-session-{i}" for i in range(sessions)]
-            out[f"start_{r}"], out[f"end_{r}"] = await _clients(gate, ids, append_all)
+            out[f"start_{r}"], out[f"end_{r}"] = await clients(gate, ids, append_all)
         out["batches"] = float(rt.statistics().writer.batches_committed)
     return out
 
@@ -84,7 +84,7 @@ async def _raw_child(path: str, prefix: str, sessions: int, appends: int) -> Met
                 gate = Gate(sessions)
                 append_all = functools.partial(raw_client, loop, gate, appends=appends)
                 ids = [f"{prefix}-r{r}-session-{i}" for i in range(sessions)]
-                out[f"start_{r}"], out[f"end_{r}"] = await _clients(gate, ids, append_all)
+                out[f"start_{r}"], out[f"end_{r}"] = await clients(gate, ids, append_all)
             writer_nursery.cancel_scope.cancel()
     finally:
         conn.close()
@@ -99,7 +99,7 @@ def w2_process(args: dict[str, Any]) -> Metrics:
     return trio.run(main, args["path"], args["prefix"], args["sessions"], args["appends"])
 
 
-def _prepare(path: Path, system: System) -> None:
+def prepare(path: Path, system: System) -> None:
     """Create the database (schema, WAL) before the children start."""
     if system == "raw":
         open_raw(path, "FULL").close()
@@ -117,7 +117,7 @@ def _case(system: System) -> Any:
         appends = ctx.n(50)
         with ctx.fresh_dir() as d:
             path = d / f"{system}.db"
-            _prepare(path, system)
+            prepare(path, system)
             specs = [
                 (
                     "w2-process",

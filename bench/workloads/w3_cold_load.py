@@ -40,7 +40,7 @@ _BATCH = 500
 _DECODER = json.JSONDecoder()
 
 
-def _events(ctx: CaseContext) -> int:
+def events(ctx: CaseContext) -> int:
     return ctx.n(10_000, minimum=100)
 
 
@@ -89,7 +89,7 @@ def w3_load(args: dict[str, Any]) -> Metrics:
 # -- the parent -----------------------------------------------------------------------------
 
 
-async def _write_tidelog(path: Path | str, n: int) -> None:
+async def write_tidelog(path: Path | str, n: int) -> None:
     async with open_runtime(path) as rt, rt.open_session(_SESSION, mode="write") as w:
         for first in range(0, n, _BATCH):
             count = min(_BATCH, n - first)
@@ -111,11 +111,11 @@ def _write_raw(path: Path, n: int) -> None:
 
 def _case(system: str) -> Any:
     def run(ctx: CaseContext) -> Metrics:
-        n = _events(ctx)
+        n = events(ctx)
         with ctx.fresh_dir() as d:
             path = d / f"{system}.db"
             if system == "tidelog":
-                trio.run(_write_tidelog, path, n)
+                trio.run(write_tidelog, path, n)
             else:
                 _write_raw(path, n)
             loads = [

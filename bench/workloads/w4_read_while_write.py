@@ -49,7 +49,7 @@ SEED = 50
 _SESSION = "s"
 
 
-def _writer_count(ctx: CaseContext) -> int:
+def writer_count(ctx: CaseContext) -> int:
     return ctx.n(5000, minimum=10)
 
 
@@ -84,7 +84,7 @@ class _Reader:
         }
 
 
-async def _phase(
+async def phase(
     append_one: Callable[[], Awaitable[None]],
     read_loop: Callable[[_Reader], Awaitable[None]] | None,
     count: int,
@@ -113,7 +113,7 @@ async def _phase(
     return metrics
 
 
-def _combine(solo: Metrics, both: Metrics) -> Metrics:
+def combine(solo: Metrics, both: Metrics) -> Metrics:
     out = dict(both)
     out["writer_solo_per_s"] = solo["writer_per_s"]
     out["writer_vs_solo"] = both["writer_per_s"] / solo["writer_per_s"]
@@ -123,7 +123,7 @@ def _combine(solo: Metrics, both: Metrics) -> Metrics:
 # -- tidelog --------------------------------------------------------------------------------
 
 
-async def _tidelog_phase(path: Path | str, count: int, with_reader: bool) -> Metrics:
+async def tidelog_phase(path: Path | str, count: int, with_reader: bool) -> Metrics:
     async with open_runtime(path) as rt, rt.open_session(_SESSION, mode="write") as w:
         await w.append([NewEvent("message", PAYLOAD) for _ in range(SEED)])
 
@@ -140,17 +140,17 @@ async def _tidelog_phase(path: Path | str, count: int, with_reader: bool) -> Met
                     assert len(events) == LAST
                     state.record(start, start, end)
 
-        return await _phase(append_one, read_loop if with_reader else None, count)
+        return await phase(append_one, read_loop if with_reader else None, count)
 
 
 @case("W4/tidelog", system="tidelog (synchronous=normal)")
 def tidelog_read_while_write(ctx: CaseContext) -> Metrics:
-    count = _writer_count(ctx)
+    count = writer_count(ctx)
     with ctx.fresh_dir() as d:
-        solo = trio.run(_tidelog_phase, d / "tidelog.db", count, False)
+        solo = trio.run(tidelog_phase, d / "tidelog.db", count, False)
     with ctx.fresh_dir() as d:
-        both = trio.run(_tidelog_phase, d / "tidelog.db", count, True)
-    return _combine(solo, both)
+        both = trio.run(tidelog_phase, d / "tidelog.db", count, True)
+    return combine(solo, both)
 
 
 # -- raw apsw -------------------------------------------------------------------------------
@@ -183,7 +183,7 @@ async def _raw_phase(path: Path, count: int, with_reader: bool) -> Metrics:
                     assert len(events) >= LAST
                     state.record(start, start, end)
 
-            return await _phase(append_one, read_loop if with_reader else None, count)
+            return await phase(append_one, read_loop if with_reader else None, count)
         finally:
             rconn.close()
     finally:
@@ -192,12 +192,12 @@ async def _raw_phase(path: Path, count: int, with_reader: bool) -> Metrics:
 
 @case("W4/raw", system="raw apsw (NORMAL, 2 connections)")
 def raw_read_while_write(ctx: CaseContext) -> Metrics:
-    count = _writer_count(ctx)
+    count = writer_count(ctx)
     with ctx.fresh_dir() as d:
         solo = trio.run(_raw_phase, d / "raw.db", count, False)
     with ctx.fresh_dir() as d:
         both = trio.run(_raw_phase, d / "raw.db", count, True)
-    return _combine(solo, both)
+    return combine(solo, both)
 
 
 # -- rows -----------------------------------------------------------------------------------

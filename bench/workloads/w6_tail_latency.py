@@ -51,7 +51,7 @@ _SESSION = "s"
 _DECODER = json.JSONDecoder()
 
 
-def _latency_metrics(latencies: list[float], prefix: str = "latency") -> Metrics:
+def latency_metrics(latencies: list[float], prefix: str = "latency") -> Metrics:
     ms = [x * 1000.0 for x in latencies]
     return {
         f"{prefix}_p50_ms": percentile(ms, 50),
@@ -97,7 +97,7 @@ async def _tidelog_inproc(path: Path, n: int) -> Metrics:
                 await arrivals.arrived.wait()
                 await trio.sleep(PAUSE)
             nursery.cancel_scope.cancel()
-    return _latency_metrics(arrivals.latencies)
+    return latency_metrics(arrivals.latencies)
 
 
 # -- in-process: raw apsw -------------------------------------------------------------------
@@ -151,7 +151,7 @@ async def _raw_inproc(path: Path, n: int) -> Metrics:
     finally:
         rconn.close()
         wconn.close()
-    return _latency_metrics(arrivals.latencies)
+    return latency_metrics(arrivals.latencies)
 
 
 # -- across processes -----------------------------------------------------------------------
@@ -175,7 +175,7 @@ def w6_writer(args: dict[str, Any]) -> Metrics:
     return trio.run(main)
 
 
-async def _tidelog_cross(path: Path | str, n: int) -> Metrics:
+async def run_tidelog_cross(path: Path | str, n: int) -> Metrics:
     latencies: list[float] = []
     async with open_runtime(path) as rt:
         async with rt.open_session(_SESSION, mode="write") as w:
@@ -200,7 +200,7 @@ async def _tidelog_cross(path: Path | str, n: int) -> Metrics:
                     latencies.append(now - stamp)
                     if len(latencies) == n:
                         break
-    return _latency_metrics(latencies)
+    return latency_metrics(latencies)
 
 
 # -- registration ---------------------------------------------------------------------------
@@ -221,7 +221,7 @@ def tidelog_inproc(ctx: CaseContext) -> Metrics:
 @case("W6/tidelog-cross", system="tidelog rt.tail, writer in another process (poll 25 ms)")
 def tidelog_cross(ctx: CaseContext) -> Metrics:
     with ctx.fresh_dir() as d:
-        return trio.run(_tidelog_cross, d / "tidelog.db", ctx.n(200, minimum=10))
+        return trio.run(run_tidelog_cross, d / "tidelog.db", ctx.n(200, minimum=10))
 
 
 _IN = "W6 tail latency in-process (append call to tailer wake)"
