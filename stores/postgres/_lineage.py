@@ -1,7 +1,7 @@
 """Forks that share their parent's prefix, and reading a session's log, on PostgreSQL.
 
-The model is the one of :mod:`stores._lineage` (the walk is written there): a fork stores only its own events;
-its row names a *base* (``base_sid``, ``base_seq``) from which it reads seqs up to
+The model is :mod:`stores._lineage`'s (the walk is written there): a fork stores only its
+own events; its row names a *base* (``base_sid``, ``base_seq``) from which it reads seqs up to
 ``base_seq`` -- a chain, since the base may be a fork too. Forking is O(1). Before a
 destructive change removes events a child still reads through its base (a truncate or
 rewrite of the base below the child's ``base_seq``, or deleting the base),

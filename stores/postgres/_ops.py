@@ -23,25 +23,10 @@ steady state -- one event per op, every session already there, one owner -- has 
 statement of the same shape and rule, :data:`APPEND_ONE_EACH` (five arrays instead of
 nine, no running sum, no creation branch).
 
-Measured (``python -m bench.probes.pg_paths``: microseconds per committed batch of n one-event
-appends to existing sessions, asynchronous commit, local socket, 2 cores, a quiet
-machine; noisy to +-30 %):
-
-===========================  =====  =====  ======
-variant                       n=1   n=10   n=100
-===========================  =====  =====  ======
-one statement, one each        203    272     936
-one statement (general)        240    339    1186
-transaction + executemany      520    622    2188
-transaction + unnest           605    591    1256
-transaction + COPY             656    632    1199
-pipeline + unnest              607    616    1459
-===========================  =====  =====  ======
-
-The one statement wins at every size (one round trip instead of four; at 100 ops the
-server's per-row work dominates, and the leaner statement still saves a fifth). Every
-array goes in binary format (``%b``): psycopg's text format escapes each JSON text with a
-regular expression, ~20 ms per batch of 100 -- more than everything else together.
+One statement wins at every batch size (one round trip instead of four; ``python -m
+bench.probes.pg_paths``, figures in bench/HISTORY.md). Every array goes in binary format
+(``%b``): psycopg's text format escapes each JSON text with a regular expression, which
+costs more than everything else together.
 
 **The general path.** :func:`~stores._batching.run_batch` with one transaction per batch
 (:func:`prelock` first locks every lease and session row the batch names, in id order,
@@ -151,10 +136,9 @@ FROM (SELECT count(*) AS k, array_agg(done.head + ops.c ORDER BY ops.n) AS heads
 
 #: :data:`APPEND_MANY` for the runtime's usual batch (:func:`one_each`): one event per op,
 #: every session existing (an expected head above 0) and one owner (or none) for all ops.
-#: It sends five arrays instead of nine and has no running sum and no creation branch:
-#: per batch of 100 appends, 0.74-0.90 ms instead of 1.1-1.3 ms, and 0.15-0.22 ms of
-#: client CPU instead of 0.31-0.39 (asynchronous commit, alternated runs). Same output and
-#: the same rule: any op that does not pass makes the statement undo itself.
+#: It sends five arrays instead of nine and has no running sum and no creation branch
+#: (cheaper on the server and in the client: W2pg, ``bench.probes.pg_paths``). Same output
+#: and the same rule: any op that does not pass makes the statement undo itself.
 APPEND_ONE_EACH = f"""
 WITH ops AS MATERIALIZED (
     SELECT o.n, o.id, o.x, o.kind, o.data, o.run_id

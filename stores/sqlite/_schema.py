@@ -122,14 +122,12 @@ def _events_in_commit_order(conn: apsw.Connection) -> None:
     """Version 4: events in a rowid table (rows in commit order) with a unique index on
     ``(sid, seq)``, instead of clustered by ``(sid, seq)`` (``WITHOUT ROWID``).
 
-    Chosen by measurement (``python -m bench.probes.layout``, bench/README.md): a batch of
-    group commit appends to many sessions, and clustered by session each of their rows
-    lands on another leaf page -- 100 sessions' appends dirtied ~100 pages per commit
-    (7.4 KB of WAL per event); in commit order they fill the last pages and only the small
-    index entries scatter (0.9 KB per event), W2's commits ran ~2.7x faster, and the file
-    is 12 % smaller. The price: reading one session whose rows interleave with others'
-    follows the index to scattered pages (a cold load of a 2,000-event session written
-    beside 19 others took 1.4-2.1x longer; the last 50 events, 1.2x: ~5 us). The table is
+    Chosen by measurement (``python -m bench.probes.layout``; W2, W3, W5; figures in
+    bench/HISTORY.md): a group-commit batch appends to many sessions, and clustered by
+    session each of their rows lands on another leaf page; in commit order they fill the
+    last pages and only the small index entries scatter, so W2's commits write far less
+    WAL and the file is smaller. The price: reading one session whose rows interleave with
+    others' follows the index to scattered pages (W3 a little slower). The table is
     copied in seq order (a migrated file keeps each session's rows together)."""
     conn.execute(
         """
