@@ -1,8 +1,10 @@
 """The errors tidelog raises: one hierarchy rooted at :class:`TidelogError`.
 
-Every error documents *when* it is raised and *what to do*. Driver errors (apsw, later
-psycopg) never cross the store boundary: they are translated into one of these classes and
-chained with ``raise ... from``, so ``__cause__`` keeps the original for debugging.
+Every error documents *when* it is raised and *what to do*. Driver errors (apsw, psycopg,
+the file system's ``OSError``) never cross the store boundary: they are translated into one
+of these classes and chained with ``raise ... from``, so ``__cause__`` keeps the original
+for debugging. Their public home is :mod:`stores`; :mod:`runtime` re-exports the ones a
+runtime user meets (the same classes, not copies).
 
 Two families are kept apart on purpose:
 
