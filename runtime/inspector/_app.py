@@ -48,6 +48,8 @@ STATIC = Path(__file__).resolve().parent / "static"
 TOKEN_HEADER = "X-Tidelog-Token"
 #: Seconds between keep-alive comments on an idle event stream.
 PING_SECONDS = 15.0
+#: How long a browser waits before it reconnects a dropped event stream (milliseconds).
+RETRY_MS = 1000
 #: Default events per window, sessions per page.
 DEFAULT_EVENTS, DEFAULT_SESSIONS = 200, 100
 #: What the page may load: its own files and API only (no inline script, no other site).
@@ -227,6 +229,8 @@ async def _stream(request: Request, state: InspectorState) -> Response:
     rt = state.rt
 
     async def events() -> AsyncIterator[ServerSentEvent]:
+        # A dropped connection is retried after a second (the browser's default is 3).
+        yield ServerSentEvent(comment="tidelog", retry=RETRY_MS)
         try:
             async for event in rt.tail(session_id, since_seq=since):
                 text = json.dumps(event_obj(event), ensure_ascii=True, allow_nan=False)

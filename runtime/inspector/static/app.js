@@ -326,8 +326,11 @@ async function openSession(id, asOf) {
   renderInfo(body);
   renderEvents();
   updateTravel();
-  const transcript = $("transcript");
-  transcript.scrollTop = transcript.scrollHeight;
+  // A session opens at its end: the pane shown now, and each other one when first shown.
+  for (const pane of [$("transcript"), $("events")]) {
+    pane.dataset.fresh = "1";
+    if (!pane.hidden) toEnd(pane);
+  }
   api("/api/runs", { id }).then((runs) => { if (generation === state.generation) renderRuns(runs); }, () => {});
   if (asOf === null) {
     openStream(generation, body.as_of_seq);
@@ -404,11 +407,12 @@ async function loadOlder() {
     const first = state.events[0].seq;
     const body = await api("/api/events", { id: state.id, until_seq: first - 1, limit: WINDOW, from_end: 1 });
     if (generation !== state.generation) return;
-    const transcript = $("transcript");
-    const fromBottom = transcript.scrollHeight - transcript.scrollTop;
+    // Earlier events go above: each pane keeps the events in view where they were.
+    const panes = [$("transcript"), $("events")];
+    const fromBottom = panes.map((pane) => pane.scrollHeight - pane.scrollTop);
     state.events = body.events.concat(state.events);
     renderEvents();
-    transcript.scrollTop = transcript.scrollHeight - fromBottom;
+    panes.forEach((pane, i) => { pane.scrollTop = pane.scrollHeight - fromBottom[i]; });
   } finally {
     state.loadingOlder = false;
   }
@@ -441,15 +445,25 @@ async function fork() {
     });
     $("fork-result").textContent = "forked " + body.session.id + " at seq " + at;
     await refreshSessions();
-    location.hash = new URLSearchParams({ s: body.session.id }).toString();
+    const hash = new URLSearchParams({ s: body.session.id }).toString();
+    if (location.hash === "#" + hash) route();
+    else location.hash = hash;
   } catch (error) {
     $("fork-result").textContent = "fork refused: " + error.message;
   }
 }
 
+function toEnd(pane) {
+  delete pane.dataset.fresh;
+  pane.scrollTop = pane.scrollHeight;
+}
+
 function selectTab(name) {
   for (const button of document.querySelectorAll(".tabs button")) button.classList.toggle("active", button.dataset.tab === name);
-  for (const pane of document.querySelectorAll(".pane")) pane.hidden = pane.dataset.pane !== name;
+  for (const pane of document.querySelectorAll(".pane")) {
+    pane.hidden = pane.dataset.pane !== name;
+    if (!pane.hidden && pane.dataset.fresh) toEnd(pane);
+  }
 }
 
 async function start() {
