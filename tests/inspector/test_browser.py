@@ -22,6 +22,7 @@ from playwright.sync_api import Browser, Page
 from runtime import NewEvent, Runtime, StatsProjection, open_runtime
 from runtime.agents import (
     AssistantMessage,
+    Entry,
     SidecarEntry,
     ToolCall,
     ToolResult,
