@@ -112,6 +112,7 @@ async def test_list_transcript_runs_and_lineage(browser: BrowserThread, tmp_path
             )
             sidecar = page.text_content('#transcript .sidecar[data-seq="4"]')
             forks = page.text_content("#forks")
+            fork_form_hidden = page.is_hidden("#fork-form")  # read-only: no fork control
             if SCREENSHOT:
                 page.screenshot(path=SCREENSHOT)
             page.click('.tabs button[data-tab="runs"]')
@@ -138,6 +139,7 @@ async def test_list_transcript_runs_and_lineage(browser: BrowserThread, tmp_path
                 "runs": runs,
                 "lineage": lineage,
                 "fork_seqs": fork_seqs,
+                "fork_form_hidden": fork_form_hidden,
             }
 
         got = await browser.run(walk)
@@ -163,6 +165,7 @@ async def test_list_transcript_runs_and_lineage(browser: BrowserThread, tmp_path
     assert "outcome unknown after a crash: call call-4" in got["runs"]["r4"]
     assert got["lineage"] == "forked from chat at seq 4"
     assert got["fork_seqs"] == [1, 2, 3, 4]
+    assert got["fork_form_hidden"] is True
     assert watch.dialogs == []
     assert watch.foreign == []
     assert watch.errors == []
