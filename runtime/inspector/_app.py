@@ -7,6 +7,7 @@ answer only when writes are enabled, and only with the token in a request header
 
 from __future__ import annotations
 
+import contextlib
 import json
 import secrets
 import time
@@ -38,7 +39,8 @@ from runtime.agents import ForkPointError, fork_conversation
 
 from . import _params as params
 from ._errors import ApiError
-from ._reads import event_obj, read_events, read_runs, read_session, read_sessions, session_obj
+from ._feeds import Feeds, encode_event, follow
+from ._reads import read_events, read_runs, read_session, read_sessions, session_obj
 
 __all__ = ["STATIC", "TOKEN_HEADER", "InspectorState", "build_app"]
 
@@ -71,8 +73,10 @@ class InspectorState:
         writes: bool,
         token_for_reads: bool,
         store: Store | None,
+        feeds: Feeds | None,
     ) -> None:
         self.rt = rt
+        self.feeds = feeds
         self.token = token
         self.writes = writes
         self.token_for_reads = token_for_reads
@@ -228,13 +232,24 @@ async def _stream(request: Request, state: InspectorState) -> Response:
         raise ApiError(404, f"no session {session_id!r}", "id")
     rt = state.rt
 
+    feeds = state.feeds
+
     async def events() -> AsyncIterator[ServerSentEvent]:
         # A dropped connection is retried after a second (the browser's default is 3).
         yield ServerSentEvent(comment="tidelog", retry=RETRY_MS)
         try:
-            async for event in rt.tail(session_id, since_seq=since):
-                text = json.dumps(event_obj(event), ensure_ascii=True, allow_nan=False)
-                yield ServerSentEvent(data=text, id=str(event.seq), event="event")
+            if feeds is None:  # an app without a nursery of its own: a tail per stream
+                async for event in rt.tail(session_id, since_seq=since):
+                    yield ServerSentEvent(
+                        data=encode_event(event), id=str(event.seq), event="event"
+                    )
+                return
+            async with (
+                feeds.subscribe(session_id, info.head) as feed,
+                contextlib.aclosing(follow(rt, feed, since)) as followed,
+            ):
+                async for seq, data in followed:
+                    yield ServerSentEvent(data=data, id=str(seq), event="event")
         except (SnapshotExpiredError, SessionNotFoundError) as exc:
             # Cut or deleted below the stream's position: say so, then end the stream
             # (the page reloads the session).
@@ -358,12 +373,16 @@ def build_app(
     token_for_reads: bool = False,
     store: Store | None = None,
     allowed_hosts: list[str] | None = None,
+    nursery: trio.Nursery | None = None,
 ) -> Starlette:
     """The inspector's ASGI app on ``rt`` (see :func:`runtime.inspector.serve_inspector`
     for the arguments). ``allowed_hosts``: the ``Host`` names it answers (others get a
-    400: a page of another site that rebinds its name to this address reads nothing)."""
+    400: a page of another site that rebinds its name to this address reads nothing).
+    ``nursery``: where the shared live feeds run (one tail per session however many
+    streams follow it); without one, each stream runs a tail of its own."""
+    feeds = None if nursery is None else Feeds(rt, nursery)
     state = InspectorState(
-        rt, token=token, writes=writes, token_for_reads=token_for_reads, store=store
+        rt, token=token, writes=writes, token_for_reads=token_for_reads, store=store, feeds=feeds
     )
     reads: list[tuple[str, Handler]] = [
         ("/api/info", _info),

@@ -102,14 +102,6 @@ async def serve_inspector(
     if token is None and (writes or not loopback):
         token = secrets.token_urlsafe(24)
     allowed = ["127.0.0.1", "localhost", "[::1]", "::1"] if loopback else None
-    app = build_app(
-        rt,
-        token=token,
-        writes=writes,
-        token_for_reads=not loopback,
-        store=store,
-        allowed_hosts=allowed,
-    )
     config = Config()
     config.bind = [f"{_url_host(host)}:{port}"]
     config.accesslog = None
@@ -118,6 +110,15 @@ async def serve_inspector(
     config.keep_alive_timeout = 30
 
     async with trio.open_nursery() as nursery:
+        app = build_app(
+            rt,
+            token=token,
+            writes=writes,
+            token_for_reads=not loopback,
+            store=store,
+            allowed_hosts=allowed,
+            nursery=nursery,
+        )
         binds: list[str] = await nursery.start(
             functools.partial(serve, cast("ASGIFramework", app), config)
         )

@@ -182,6 +182,30 @@ async def test_the_stream_follows_commits_and_resumes_after_the_last_id(target: 
         assert [e["id"] for e in resumed] == ["7"]  # the header wins over since_seq
 
 
+async def test_many_streams_of_one_session_each_get_every_event_once(tmp_path: Path) -> None:
+    """Streams of one session opened at different seqs -- far behind the shared feed's
+    buffer, inside it, at the head -- each get exactly the events after their seq, in
+    order, while new ones commit."""
+    async with serving(str(tmp_path / "app.db")) as (rt, server, _):
+        async with rt.open_session("notes") as writer:
+            for start in range(6, 1206, 300):  # seqs 6..1205: more than a feed keeps
+                await writer.append([NewEvent("note", {"n": n}) for n in range(start, start + 300)])
+            got: dict[int, list[int]] = {}
+
+            async def stream(since: int) -> None:
+                found = await read_stream(server, 1215 - since, id="notes", since_seq=since)
+                got[since] = [int(e["id"]) for e in found]
+
+            async with trio.open_nursery() as nursery:
+                for since in (0, 700, 1200, 1205):
+                    nursery.start_soon(stream, since)
+                await trio.sleep(0.3)  # (not needed for correctness: some come live)
+                for n in range(1206, 1216):
+                    await writer.append([NewEvent("note", {"n": n})])
+        for since, seqs in got.items():
+            assert seqs == list(range(since + 1, 1216)), since
+
+
 BAD_REQUESTS = [
     ("/api/events", {"id": "chat", "since_seq": "-1"}, 400, "since_seq"),
     ("/api/events", {"id": "chat", "until_seq": "x"}, 400, "until_seq"),
