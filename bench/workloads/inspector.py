@@ -2,8 +2,11 @@
 
 * Append rate while five SSE clients tail the session written: the writer appends one
   event per ``append`` call to a SQLite file (``synchronous="normal"``), alone, then with
-  five clients reading ``/api/stream`` of that session from the same runtime's inspector
-  (h11 over TCP on 127.0.0.1). Target: >= 0.9x the solo rate of the same run.
+  five clients (in a child process, as browsers would be) reading ``/api/stream`` of that
+  session from the same runtime's inspector over TCP on 127.0.0.1. Target: >= 0.9x the
+  solo rate of the same run. Once with the inspector embedded in the writer's runtime
+  (its streams share the writer's trio thread), once with ``tidelog serve`` in another
+  process (the writer's process then does nothing for them).
 * First window of a long session (1M events at scale 1): ``GET /api/events?from_end=1&
   limit=200`` on one keep-alive connection, request to whole response. Target p95
   <= 100 ms.
@@ -17,6 +20,10 @@ from __future__ import annotations
 
 import functools
 import json
+import re
+import signal
+import subprocess
+import sys
 import time
 import urllib.parse
 from collections.abc import Callable
@@ -29,7 +36,7 @@ import trio
 from runtime import NewEvent, Runtime, open_runtime
 
 from ..core import PAYLOAD, CaseContext, Metrics, Row, Target, case, percentile, rows
-from ..procs import ROOT, child_command, child_env
+from ..procs import ROOT, child_command, child_env, worker
 
 EXTRA = ("starlette", "hypercorn", "sse_starlette")
 _SESSION = "s"
@@ -71,41 +78,98 @@ async def _sse(port: int, since: int, on_event: Callable[[dict[str, Any]], bool]
                 return
 
 
-async def _append_rate(path: Path, n: int, clients: int) -> Metrics:
+@worker("w13-sse-clients")
+def w13_sse_clients(args: dict[str, Any]) -> Metrics:
+    """``clients`` SSE streams of session ``s`` at ``port``: print ``ready`` once each has
+    its first event, exit once each has event ``last`` (ids found in the raw bytes: the
+    clients cost the writer's process nothing)."""
+
+    async def client(ready: trio.Event, done: trio.Event) -> None:
+        port, last = args["port"], args["last"]
+        stream = await trio.open_tcp_stream("127.0.0.1", port)
+        async with stream:
+            request = f"GET /api/stream?id={_SESSION} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n\r\n"
+            await stream.send_all(request.encode())
+            first, final = b"\nid: 1\r\n", f"\nid: {last}\r\n".encode()
+            tail = b""
+            while not done.is_set():
+                chunk = await stream.receive_some(65536)
+                if not chunk:
+                    raise RuntimeError("the stream ended")
+                tail = tail[-64:] + chunk
+                if first in tail:
+                    ready.set()
+                if final in tail:
+                    done.set()
+
+    async def main() -> Metrics:
+        readies = [trio.Event() for _ in range(args["clients"])]
+        dones = [trio.Event() for _ in range(args["clients"])]
+        async with trio.open_nursery() as nursery:
+            for ready, done in zip(readies, dones, strict=True):
+                nursery.start_soon(client, ready, done)
+            for ready in readies:
+                await ready.wait()
+            print("ready", flush=True)
+            for done in dones:
+                await done.wait()
+        return {"clients": float(args["clients"])}
+
+    return trio.run(main)
+
+
+async def _serve_elsewhere(path: Path) -> tuple[trio.Process, int]:
+    """``tidelog serve PATH`` in a child process, and its port (once it listens)."""
+    command = [sys.executable, "-m", "runtime.cli", "serve", str(path), "--port", "0"]
+    proc = await trio.lowlevel.open_process(
+        command, cwd=ROOT, env=child_env(), stdout=subprocess.PIPE
+    )
+    assert proc.stdout is not None
+    said = b""
+    with trio.fail_after(60):
+        while (found := re.search(rb"127\.0\.0\.1:(\d+)/", said)) is None:
+            chunk = await proc.stdout.receive_some(1024)
+            if not chunk:
+                raise RuntimeError(f"tidelog serve ended: {said!r}")
+            said += chunk
+    return proc, int(found.group(1))
+
+
+async def _append_rate(path: Path, n: int, clients: int, *, elsewhere: bool = False) -> Metrics:
+    server: trio.Process | None = None
     async with open_runtime(path) as rt, trio.open_nursery() as nursery:
         async with rt.open_session(_SESSION) as w:
             await w.append([NewEvent("message", PAYLOAD)])
-            done = trio.Event()
-            finished = [0]
-            seen = [0] * clients
+            await rt.flush()
+            proc = None
             if clients:
-                port = await _start(rt, nursery)
-                ready = [trio.Event() for _ in range(clients)]
-
-                def reader(i: int) -> Callable[[dict[str, Any]], bool]:
-                    def on_event(event: dict[str, Any]) -> bool:
-                        ready[i].set()
-                        seen[i] = int(event["seq"])
-                        if seen[i] < n + 1:
-                            return False
-                        finished[0] += 1
-                        if finished[0] == clients:
-                            done.set()
-                        return True
-
-                    return on_event
-
-                for i in range(clients):
-                    nursery.start_soon(_sse, port, 0, reader(i))
-                for flag in ready:
-                    await flag.wait()  # every client has the first event: streaming
+                if elsewhere:
+                    server, port = await _serve_elsewhere(path)
+                else:
+                    port = await _start(rt, nursery)
+                spec = {"port": port, "clients": clients, "last": n + 1}
+                proc = await trio.lowlevel.open_process(
+                    child_command("w13-sse-clients", spec),
+                    cwd=ROOT,
+                    env=child_env(),
+                    stdout=subprocess.PIPE,
+                )
+                assert proc.stdout is not None
+                with trio.fail_after(60):
+                    said = b""
+                    while b"ready\n" not in said:
+                        said += await proc.stdout.receive_some(1024)
             start = time.perf_counter()
             for _ in range(n):
                 await w.append([NewEvent("message", PAYLOAD)])
             elapsed = time.perf_counter() - start
-        if clients:
+        if proc is not None:
             with trio.fail_after(60):
-                await done.wait()  # every client got every event
+                assert await proc.wait() == 0  # every client got every event
+        if server is not None:
+            server.send_signal(signal.SIGINT)
+            with trio.fail_after(30):
+                await server.wait()
         nursery.cancel_scope.cancel()
     return {"appends_per_s": n / elapsed, "clients": float(clients)}
 
@@ -187,10 +251,27 @@ def solo(ctx: CaseContext) -> Metrics:
         return trio.run(_append_rate, d / "a.db", ctx.n(2000, minimum=50), 0)
 
 
-@case("W13/5-sse", system="the same writer, 5 SSE clients tailing it", requires=EXTRA)
+@case(
+    "W13/5-sse", system="the same writer, 5 SSE clients of its embedded inspector", requires=EXTRA
+)
 def five_sse(ctx: CaseContext) -> Metrics:
     with ctx.fresh_dir() as d:
         return trio.run(_append_rate, d / "a.db", ctx.n(2000, minimum=50), 5)
+
+
+@case(
+    "W13/5-sse-serve",
+    system="the same writer, 5 SSE clients of `tidelog serve` in another process",
+    requires=EXTRA,
+)
+def five_sse_serve(ctx: CaseContext) -> Metrics:
+    with ctx.fresh_dir() as d:
+        return trio.run(
+            functools.partial(_append_rate, elsewhere=True),
+            d / "a.db",
+            ctx.n(2000, minimum=50),
+            5,
+        )
 
 
 @case("W13/first-window", system="GET /api/events from_end, limit 200", requires=EXTRA)
@@ -216,8 +297,17 @@ rows(
     ),
     Row(
         "W13",
-        "W13 append rate while 5 SSE clients tail the session",
+        "W13 append rate while 5 SSE clients of the embedded inspector tail the session",
         "W13/5-sse",
+        "appends_per_s",
+        "ops/s",
+        reference=("W13/solo", "appends_per_s"),
+        target=Target("ratio", ">=", 0.9),
+    ),
+    Row(
+        "W13",
+        "W13 append rate while 5 SSE clients of `tidelog serve` (another process) tail it",
+        "W13/5-sse-serve",
         "appends_per_s",
         "ops/s",
         reference=("W13/solo", "appends_per_s"),
