@@ -9,6 +9,7 @@ import re
 import signal
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -36,16 +37,30 @@ async def read_line(stream: Any, buffer: bytearray) -> str:
     return line.decode()
 
 
-async def test_serve_prints_the_url_serves_read_only_and_stops_on_ctrl_c(
-    tmp_path: Path,
-) -> None:
+@pytest.fixture(params=["sqlite", "jsonl", "postgres"])
+def address(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
+    """A store address of each backend (a PostgreSQL schema of the test's own)."""
+    if request.param == "postgres":
+        from pgtest import fresh_schema, url_of
+
+        with fresh_schema() as where:
+            yield url_of(*where)
+        return
+    if request.param == "jsonl":
+        (tmp_path / "store").mkdir()
+        yield str(tmp_path / "store")
+        return
+    yield str(tmp_path / "app.db")
+
+
+async def test_serve_prints_the_url_serves_read_only_and_stops_on_ctrl_c(address: str) -> None:
     """The URL comes first; the API answers from the store (leases shown); a writer in
     another process appends meanwhile and its events reach the stream; SIGINT ends the
     command with status 0."""
-    db = tmp_path / "app.db"
+    db = address
     async with open_runtime(db) as rt:
         await fill(rt)
-    command = [sys.executable, "-m", "runtime.cli", "serve", str(db), "--port", "0"]
+    command = [sys.executable, "-m", "runtime.cli", "serve", db, "--port", "0"]
     proc = await trio.lowlevel.open_process(command, stdout=subprocess.PIPE)
     try:
         with trio.fail_after(60):
