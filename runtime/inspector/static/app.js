@@ -307,12 +307,14 @@ async function openSession(id, asOf) {
   $("empty").hidden = true;
   $("session").hidden = false;
   for (const li of $("sessions").children) li.classList.toggle("current", li.dataset.id === id);
-  let body;
+  let body, window;
   try {
     body = await api("/api/session", { id, as_of_seq: asOf });
+    window = await api("/api/events", { id, until_seq: body.as_of_seq, limit: WINDOW, from_end: 1 });
   } catch (error) {
     if (generation !== state.generation) return;
     $("session-id").textContent = id;
+    $("lineage").replaceChildren();
     $("session-meta").textContent = "cannot open: " + error.message;
     $("transcript").replaceChildren();
     $("event-rows").replaceChildren();
@@ -320,8 +322,6 @@ async function openSession(id, asOf) {
   }
   if (generation !== state.generation) return;
   state.head = body.head;
-  const window = await api("/api/events", { id, until_seq: body.as_of_seq, limit: WINDOW, from_end: 1 });
-  if (generation !== state.generation) return;
   state.events = window.events;
   renderInfo(body);
   renderEvents();
@@ -413,6 +413,8 @@ async function loadOlder() {
     state.events = body.events.concat(state.events);
     renderEvents();
     panes.forEach((pane, i) => { pane.scrollTop = pane.scrollHeight - fromBottom[i]; });
+  } catch (error) {
+    setStatus("cannot load earlier events: " + error.message, "down");
   } finally {
     state.loadingOlder = false;
   }
