@@ -25,6 +25,7 @@ from . import w12_cold_start
 from . import jsonl_w1_w2_w3_w5
 from . import pg_w1_w2_w9
 from . import pg_w3_w4_w6
+from . import w13_inspector
 
 # isort: on
 
@@ -45,4 +46,5 @@ __all__ = [
     "w10_agent_turn",
     "w11_per_append",
     "w12_cold_start",
+    "w13_inspector",
 ]

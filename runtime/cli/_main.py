@@ -41,7 +41,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"tidelog: interrupted: {exc.done}", file=sys.stderr)
         return EXIT_INTERRUPTED
     except KeyboardInterrupt:
-        return 0 if args.command == "tail" and args.follow else EXIT_INTERRUPTED
+        follows = args.command == "serve" or (args.command == "tail" and args.follow)
+        return 0 if follows else EXIT_INTERRUPTED
     except BrokenPipeError:
         # The reader went away (``tidelog show ... | head``): not an error of ours.
         devnull = os.open(os.devnull, os.O_WRONLY)

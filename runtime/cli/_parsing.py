@@ -30,6 +30,7 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
     "delete": ("_cleanup", "cmd_delete", "delete sessions (never one a live writer holds)"),
     "fork": ("_edit", "cmd_fork", "fork a session at a seq (O(1): shares the prefix)"),
     "rewind": ("_edit", "cmd_rewind", "cut a conversation back to its first N entries"),
+    "serve": ("_serve", "cmd_serve", "serve the web inspector of a store until Ctrl-C"),
 }
 
 
@@ -75,6 +76,14 @@ def count(text: str) -> int:
         raise argparse.ArgumentTypeError(f"must be >= 0, not {value}")
     if value > 2**63 - 1:
         raise argparse.ArgumentTypeError(f"too large: {value}")
+    return value
+
+
+def _port(text: str) -> int:
+    """``--port``'s type: 0..65535."""
+    value = count(text)
+    if value > 65535:
+        raise argparse.ArgumentTypeError(f"not a port: {value}")
     return value
 
 
@@ -391,5 +400,30 @@ def build_parser() -> argparse.ArgumentParser:
         "--keep", type=count, required=True, metavar="N", help="entries kept (see above)"
     )
     _formats(rewind)
+
+    serve = _add(
+        commands,
+        "serve",
+        "Serve the web inspector (sessions, transcripts, events, runs, live, any seq) on "
+        "DB until Ctrl-C or SIGTERM (exit status 0). The store is opened read-only unless "
+        "--writes. Binding an address other than 127.0.0.1 needs a token (generated and "
+        "printed unless --token). Needs the inspector extra: pip install "
+        "'tidelog[inspector]'. docs/inspector.md has the page and the HTTP API.",
+    )
+    _database(serve)
+    serve.add_argument(
+        "--host", default="127.0.0.1", metavar="ADDR", help="address to bind (default 127.0.0.1)"
+    )
+    serve.add_argument(
+        "--port", type=_port, default=8765, metavar="PORT", help="port (default 8765; 0: any)"
+    )
+    serve.add_argument(
+        "--token", metavar="TOKEN", help="the token requests need (default: generated when needed)"
+    )
+    serve.add_argument(
+        "--writes",
+        action="store_true",
+        help="enable the write routes (fork); opens the store writable; they need the token",
+    )
 
     return parser

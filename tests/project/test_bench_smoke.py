@@ -76,6 +76,11 @@ EXPECTED = {
     ("W12", "W12/import"),
     ("W12", "W12/sqlite3"),
     ("W12", "W12/tidelog-ls"),
+    ("W13", "W13/solo"),
+    ("W13", "W13/5-sse"),
+    ("W13", "W13/5-sse-serve"),
+    ("W13", "W13/first-window"),
+    ("W13", "W13/cross-sse"),
     *((w, f"{w}/{alt}") for w in ("W1", "W2") for alt in ALTERNATIVES),
     *(("W1", f"W1/{alt}") for alt in W1_ONLY),
 }

@@ -32,6 +32,12 @@ EXPECTED_OUTPUT: dict[str, list[str]] = {
         "integrity check: ok",
         "done",
     ],
+    "inspected_service.py": [
+        "inspector at http://127.0.0.1:",
+        "support-1 has 9 events",
+        "turns as the page shows them: 3",
+        "done",
+    ],
 }
 
 

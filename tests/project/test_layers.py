@@ -58,15 +58,22 @@ def test_actors_know_nothing_above_them() -> None:
 
 
 def test_runtime_never_imports_its_clients() -> None:
-    """The session runtime never imports the agent layer or the command line."""
+    """The session runtime never imports the agent layer, the command line or the
+    inspector."""
     assert (
         _offenders(
             "runtime",
-            ("runtime.agents", "runtime.cli"),
-            exclude=("runtime/agents/", "runtime/cli/"),
+            ("runtime.agents", "runtime.cli", "runtime.inspector"),
+            exclude=("runtime/agents/", "runtime/cli/", "runtime/inspector/"),
         )
         == []
     )
+
+
+def test_inspector_reads_only_through_the_public_api() -> None:
+    """The web inspector imports neither the stores, the actors, nor the command line:
+    only the public ``runtime`` and ``runtime.agents`` names (and its own modules)."""
+    assert _offenders("runtime.inspector", ("stores", "actors", "runtime.cli")) == []
 
 
 def _is_private_runtime(name: str) -> bool:
@@ -84,7 +91,7 @@ def _private_runtime_imports(package: str) -> list[str]:
     return out
 
 
-@pytest.mark.parametrize("package", ["runtime.agents", "runtime.cli"])
+@pytest.mark.parametrize("package", ["runtime.agents", "runtime.cli", "runtime.inspector"])
 def test_clients_use_only_the_public_runtime(package: str) -> None:
     """The agent layer and the command line import neither actors nor a private
     ``runtime._*`` module: they are clients of the public runtime API."""
@@ -95,7 +102,7 @@ def test_clients_touch_no_private_runtime_attribute() -> None:
     """No ``._something`` attribute of a runtime object is used by the agent layer or the
     command line (their own objects' privates are theirs)."""
     suspicious = []
-    for package in ("runtime.agents", "runtime.cli"):
+    for package in ("runtime.agents", "runtime.cli", "runtime.inspector"):
         for path in _files(package):
             for node in ast.walk(ast.parse(path.read_text())):
                 if (
@@ -171,7 +178,7 @@ def test_runtime_public_names_are_pinned() -> None:
     assert all(hasattr(runtime, name) for name in runtime.__all__)
 
 
-@pytest.mark.parametrize("package", ["runtime", "runtime.agents"])
+@pytest.mark.parametrize("package", ["runtime", "runtime.agents", "runtime.inspector"])
 def test_public_names_report_their_public_home(package: str) -> None:
     """Classes and functions defined in private modules say ``runtime.X`` (trio's way)."""
     module = importlib.import_module(package)

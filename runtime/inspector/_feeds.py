@@ -1,0 +1,120 @@
+"""Shared live feeds: one ``rt.tail`` per session, fanned out to every event stream of it.
+
+Each stream would otherwise run a tail of its own, and every commit would cost one read
+per open stream on the runtime's one reader lane. A :class:`Feed` keeps the newest events
+it has seen (already encoded) for its subscribers; a subscriber behind that buffer -- a
+new one resuming from an old seq, or a slow one that fell behind -- catches up with a tail
+of its own (gap-free, and truncation-checked like any tail), then joins the shared one.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import deque
+from collections.abc import AsyncGenerator, AsyncIterator
+from contextlib import asynccontextmanager
+
+import attrs
+import trio
+
+from runtime import Runtime, StoredEvent, Tail, TidelogError
+
+from ._reads import event_obj
+
+__all__ = ["Feed", "Feeds", "encode_event", "follow"]
+
+#: Events a feed keeps for its subscribers (older ones are read again by a subscriber's
+#: own tail).
+KEEP = 1024
+
+
+def encode_event(event: StoredEvent) -> str:
+    """The ``data`` of an event's SSE message: its JSON form, ASCII only."""
+    return json.dumps(event_obj(event), ensure_ascii=True, allow_nan=False)
+
+
+@attrs.define(eq=False)
+class Feed:
+    """One session's shared tail: the newest events (``(seq, data)``, contiguous),
+    ``cursor`` (the last seq seen), ``changed`` (set, then replaced, at each new event)
+    and ``error`` once the tail ended (the session was cut or deleted below it, the
+    runtime closed, the store failed)."""
+
+    session_id: str
+    cursor: int
+    events: deque[tuple[int, str]] = attrs.field(factory=deque)
+    changed: trio.Event = attrs.field(factory=trio.Event)
+    error: TidelogError | None = None
+    subscribers: int = 0
+    scope: trio.CancelScope = attrs.field(factory=trio.CancelScope)
+
+
+class Feeds:
+    """The shared feeds of one inspector: a feed runs in ``nursery`` while a stream of
+    its session is open."""
+
+    def __init__(self, rt: Runtime, nursery: trio.Nursery) -> None:
+        self._rt = rt
+        self._nursery = nursery
+        self._feeds: dict[str, Feed] = {}
+
+    @asynccontextmanager
+    async def subscribe(self, session_id: str, head: int) -> AsyncIterator[Feed]:
+        """The session's feed for the block (started after ``head`` if none runs)."""
+        feed = self._feeds.get(session_id)
+        if feed is None:
+            feed = self._feeds[session_id] = Feed(session_id, head)
+            self._nursery.start_soon(self._run, feed)
+        feed.subscribers += 1
+        try:
+            yield feed
+        finally:
+            feed.subscribers -= 1
+            if feed.subscribers == 0:
+                feed.scope.cancel()
+                if self._feeds.get(session_id) is feed:
+                    del self._feeds[session_id]
+
+    async def _run(self, feed: Feed) -> None:
+        with feed.scope:
+            try:
+                async for event in self._rt.tail(feed.session_id, since_seq=feed.cursor):
+                    feed.events.append((event.seq, encode_event(event)))
+                    if len(feed.events) > KEEP:
+                        feed.events.popleft()
+                    feed.cursor = event.seq
+                    feed.changed.set()
+                    feed.changed = trio.Event()
+            except TidelogError as exc:  # cut or deleted below it, closed, a store error
+                feed.error = exc
+            finally:
+                if self._feeds.get(feed.session_id) is feed:
+                    del self._feeds[feed.session_id]  # the next stream starts a new one
+                feed.changed.set()
+
+
+async def follow(rt: Runtime, feed: Feed, since: int) -> AsyncGenerator[tuple[int, str], None]:
+    """``(seq, data)`` of every committed event after ``since``, in order, no gaps, no
+    duplicates: from a tail of its own while behind the feed's buffer, then from the
+    feed. Raises the feed's error (after the events before it)."""
+    position = since
+    own: Tail | None = None
+    while True:
+        oldest = feed.events[0][0] if feed.events else feed.cursor + 1
+        if position + 1 < oldest:  # behind the buffer: catch up on a tail of its own
+            if own is None:
+                own = rt.tail(feed.session_id, since_seq=position)
+            event = await own.__anext__()
+            position = event.seq
+            yield event.seq, encode_event(event)
+            continue
+        own = None
+        if position < feed.cursor:
+            for seq, data in list(feed.events):
+                if seq > position:
+                    position = seq
+                    yield seq, data
+            continue
+        if feed.error is not None:
+            raise feed.error
+        await feed.changed.wait()
