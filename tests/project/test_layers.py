@@ -62,8 +62,8 @@ def test_runtime_never_imports_its_clients() -> None:
     assert (
         _offenders(
             "runtime",
-            ("runtime.agents", "runtime.cli"),
-            exclude=("runtime/agents/", "runtime/cli/"),
+            ("runtime.agents", "runtime.cli", "runtime.integrations"),
+            exclude=("runtime/agents/", "runtime/cli/", "runtime/integrations/"),
         )
         == []
     )
@@ -84,7 +84,7 @@ def _private_runtime_imports(package: str) -> list[str]:
     return out
 
 
-@pytest.mark.parametrize("package", ["runtime.agents", "runtime.cli"])
+@pytest.mark.parametrize("package", ["runtime.agents", "runtime.cli", "runtime.integrations"])
 def test_clients_use_only_the_public_runtime(package: str) -> None:
     """The agent layer and the command line import neither actors nor a private
     ``runtime._*`` module: they are clients of the public runtime API."""
@@ -95,7 +95,7 @@ def test_clients_touch_no_private_runtime_attribute() -> None:
     """No ``._something`` attribute of a runtime object is used by the agent layer or the
     command line (their own objects' privates are theirs)."""
     suspicious = []
-    for package in ("runtime.agents", "runtime.cli"):
+    for package in ("runtime.agents", "runtime.cli", "runtime.integrations"):
         for path in _files(package):
             for node in ast.walk(ast.parse(path.read_text())):
                 if (
