@@ -68,7 +68,8 @@ class Bridge:
         self._runtime = runtime
         self._token = token
         self._nursery = nursery
-        self._closers: list[Callable[[], Awaitable[None]]] = []
+        self._closers: dict[int, Callable[[], Awaitable[None]]] = {}
+        self._next_closer = 0
         self._closed = False
         self._thread: threading.Thread | None = None
         self._stop: trio.Event | None = None
@@ -157,8 +158,8 @@ class Bridge:
         await self.aclose()
 
     async def _aclose_integrations(self) -> None:
-        closers, self._closers = self._closers, []
-        for close in reversed(closers):
+        closers, self._closers = self._closers, {}
+        for close in reversed(closers.values()):
             await close()
 
     # -- for the integrations ----------------------------------------------------------
@@ -173,12 +174,16 @@ class Bridge:
         """The nursery the integrations start their tasks in (trio thread only)."""
         return self._nursery
 
-    def on_close(self, closer: Callable[[], Awaitable[None]]) -> None:
+    def on_close(self, closer: Callable[[], Awaitable[None]]) -> Callable[[], None]:
         """Have ``closer`` awaited (on the trio thread) when the bridge closes, before
-        the runtime does; the last registered runs first."""
+        the runtime does; the last registered runs first. Returns the function that
+        forgets it (for an integration object closed earlier)."""
         if self._closed:
             raise ClosedError("the bridge was closed")
-        self._closers.append(closer)
+        key = self._next_closer
+        self._next_closer += 1
+        self._closers[key] = closer
+        return lambda: self._closers.pop(key, None) and None
 
     def on_trio_thread(self) -> bool:
         """Whether the caller runs in the bridge's trio run."""
@@ -322,8 +327,8 @@ async def open_bridge(runtime: Runtime) -> AsyncIterator[Bridge]:
         finally:
             with trio.CancelScope(shield=True):
                 errors: list[TidelogError] = []
-                closers, bridge._closers = bridge._closers, []
-                for close in reversed(closers):
+                closers, bridge._closers = bridge._closers, {}
+                for close in reversed(closers.values()):
                     try:
                         await close()
                     except TidelogError as exc:

@@ -27,7 +27,6 @@ from collections import OrderedDict
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
 from typing import Any
 
-import attrs
 import trio
 
 try:
@@ -58,7 +57,6 @@ from runtime import (
     Runtime,
     SessionExistsError,
     SessionNotFoundError,
-    SessionWriter,
     Store,
     TidelogError,
 )
@@ -72,7 +70,7 @@ from ._checkpoint_log import (
     rewrite_events,
     writes_event,
 )
-from ._turns import Turns
+from ._holding import HeldSession
 
 __all__ = ["DEFAULT_PREFIX", "TidelogSaver"]
 
@@ -85,17 +83,6 @@ _PRUNE_STRATEGIES = ("keep_latest", "delete")
 #: What a read hands back to the caller's thread, which decodes it: the thread id, the
 #: checkpoint, its channel blobs and its pending writes (in ``writes_sort_key`` order).
 _Found = tuple[str, StoredCheckpoint, dict[str, Typed], list[tuple[str, str, Typed]]]
-
-
-@attrs.define(eq=False)
-class _Thread:
-    """A thread this saver writes: its turns and, while held, its writer."""
-
-    session_id: str
-    turns: Turns = attrs.field(factory=Turns)
-    writer: SessionWriter | None = None
-    release: trio.Event | None = None
-    released: trio.Event | None = None
 
 
 class TidelogSaver(BaseCheckpointSaver[int]):
@@ -138,12 +125,12 @@ class TidelogSaver(BaseCheckpointSaver[int]):
         self._bridge = bridge
         self._prefix = prefix
         self._internal = prefix.startswith("tidelog/")
-        self._threads: dict[str, _Thread] = {}
+        self._threads: dict[str, HeldSession] = {}
         self._cache: OrderedDict[str, ThreadLog] = OrderedDict()
         self._errors: builtins.list[TidelogError] = []
         self._closed = False
         self._owns_bridge = False
-        bridge.on_close(self._t_close)
+        self._forget = bridge.on_close(self._t_close)
 
     @classmethod
     def from_target(
@@ -478,13 +465,14 @@ class TidelogSaver(BaseCheckpointSaver[int]):
 
     # -- on the trio thread: admission (synchronous, in call order) -----------------------
 
-    def _thread(self, thread_id: str) -> _Thread:
+    def _thread(self, thread_id: str) -> HeldSession:
         if self._closed:
             raise ClosedError("the saver was closed")
         session_id = self.session_id(thread_id)
         thread = self._threads.get(session_id)
         if thread is None:
-            thread = self._threads[session_id] = _Thread(session_id)
+            thread = HeldSession(self._bridge, session_id, self._internal, self._errors)
+            self._threads[session_id] = thread
         return thread
 
     def _t_admit_write(self, thread_id: str, event: NewEvent) -> Awaitable[None]:
@@ -502,7 +490,7 @@ class TidelogSaver(BaseCheckpointSaver[int]):
     def _t_admit_many(
         self,
         thread_ids: builtins.list[str],
-        operation: Callable[[_Thread, int], Awaitable[None]],
+        operation: Callable[[HeldSession, int], Awaitable[None]],
     ) -> Awaitable[None]:
         threads = [self._thread(thread_id) for thread_id in thread_ids]
         tickets = [thread.turns.take() for thread in threads]
@@ -526,7 +514,7 @@ class TidelogSaver(BaseCheckpointSaver[int]):
         return self._bridge.runtime
 
     async def _t_turn(
-        self, thread: _Thread, ticket: int, work: Callable[[_Thread], Awaitable[None]]
+        self, thread: HeldSession, ticket: int, work: Callable[[HeldSession], Awaitable[None]]
     ) -> None:
         await thread.turns.wait(ticket)
         try:
@@ -534,73 +522,32 @@ class TidelogSaver(BaseCheckpointSaver[int]):
         finally:
             thread.turns.done(ticket)
 
-    async def _t_write(self, thread: _Thread, ticket: int, event: NewEvent) -> None:
+    async def _t_write(self, thread: HeldSession, ticket: int, event: NewEvent) -> None:
         await thread.turns.wait(ticket)
         try:
-            writer = await self._t_writer(thread)
+            writer = await thread.writer()
         finally:
             thread.turns.done(ticket)
         # Accepted synchronously at the call, before the next turn's task can run.
         try:
             await writer.append([event])
         except (OwnershipLostError, BrokenError, ClosedError):
-            self._t_drop(thread)
+            thread.drop()
             raise
 
-    async def _t_writer(self, thread: _Thread) -> SessionWriter:
-        """The thread's writer, opened (and held) if it is not yet; the caller has the
-        turn."""
-        if thread.writer is not None:
-            return thread.writer
-        if thread.released is not None:  # a previous hold is still letting go
-            await thread.released.wait()
-        writer: SessionWriter = await self._bridge.nursery.start(self._t_hold, thread)
-        return writer
-
-    async def _t_hold(self, thread: _Thread, *, task_status: trio.TaskStatus[Any]) -> None:
-        """Hold the thread's writer until asked to let go (or the bridge shuts down)."""
-        release = thread.release = trio.Event()
-        released = thread.released = trio.Event()
-        started = False
-        try:
-            async with self._rt.open_session(thread.session_id, internal=self._internal) as writer:
-                thread.writer = writer
-                started = True
-                task_status.started(writer)
-                await release.wait()
-        except TidelogError as exc:
-            if not started:
-                raise
-            self._errors.append(exc)
-        finally:
-            if thread.writer is not None and thread.release is release:
-                thread.writer = None
-            released.set()
-
-    def _t_drop(self, thread: _Thread) -> None:
-        """Stop holding a writer that failed (the next write opens it again)."""
-        if thread.release is not None:
-            thread.release.set()
-        thread.writer = None
-
-    async def _t_let_go(self, thread: _Thread) -> None:
-        release, released = thread.release, thread.released
-        if release is not None and released is not None:
-            release.set()
-            with trio.CancelScope(shield=True):
-                await released.wait()
-        thread.writer = None
+    async def _t_let_go(self, thread: HeldSession) -> None:
+        await thread.let_go()
         self._cache.pop(thread.session_id, None)
 
-    async def _t_delete(self, thread: _Thread, ticket: int) -> None:
-        async def delete(thread: _Thread) -> None:
+    async def _t_delete(self, thread: HeldSession, ticket: int) -> None:
+        async def delete(thread: HeldSession) -> None:
             await self._t_let_go(thread)
             await self._rt.delete(thread.session_id)
             self._cache.pop(thread.session_id, None)
 
         await self._t_turn(thread, ticket, delete)
 
-    async def _t_keep_latest(self, thread: _Thread, ticket: int) -> None:
+    async def _t_keep_latest(self, thread: HeldSession, ticket: int) -> None:
         def keep(log: ThreadLog) -> set[tuple[str, str]]:
             latest = (ns_log.latest() for ns_log in log.namespaces.values())
             return {(stored.ns, stored.id) for stored in latest if stored is not None}
@@ -608,14 +555,14 @@ class TidelogSaver(BaseCheckpointSaver[int]):
         await self._t_turn(thread, ticket, functools.partial(self._t_rewrite, keep=keep))
 
     async def _t_rewrite(
-        self, thread: _Thread, *, keep: Callable[[ThreadLog], set[tuple[str, str]]]
+        self, thread: HeldSession, *, keep: Callable[[ThreadLog], set[tuple[str, str]]]
     ) -> None:
         """Rewrite the thread keeping ``keep(log)``'s checkpoints (the caller has the
         turn): one atomic ``replace`` of the whole session."""
         if await self._rt.stat(thread.session_id) is None:
             return
-        held = thread.writer is not None
-        writer = await self._t_writer(thread)
+        held = thread.held
+        writer = await thread.writer()
         try:
             await writer.wait_committed()
             head = await writer.head()
@@ -671,6 +618,7 @@ class TidelogSaver(BaseCheckpointSaver[int]):
         if self._closed:
             return
         self._closed = True
+        self._forget()
         for thread in list(self._threads.values()):
             await self._t_let_go(thread)
         self._threads.clear()
