@@ -197,6 +197,19 @@ class TidelogSaver(BaseCheckpointSaver[int]):
     async def __aexit__(self, *exc_info: object) -> None:
         await self.aclose()
 
+    def acquire(self, thread_id: str) -> None:
+        """Take ``thread_id``'s writer now (held until :meth:`release` or the close),
+        so a worker learns it may run the thread before running any node: with
+        LangGraph's default ``durability="async"`` the first checkpoint is written in the
+        background, and a refusal would surface only after the first steps ran.
+
+        Raises: :class:`~runtime.SessionOwnedError` if another writer holds it."""
+        self._bridge.call_sync(functools.partial(self._t_admit_acquire, str(thread_id)))
+
+    async def aacquire(self, thread_id: str) -> None:
+        """:meth:`acquire`, awaited."""
+        await self._bridge.call(functools.partial(self._t_admit_acquire, str(thread_id)))
+
     def release(self, thread_id: str) -> None:
         """Let go of ``thread_id``'s writer (its writes committed first), so another
         worker may take the thread; the next write here takes it again."""
@@ -482,6 +495,14 @@ class TidelogSaver(BaseCheckpointSaver[int]):
     def _t_admit_delete(self, thread_id: str) -> Awaitable[None]:
         thread = self._thread(thread_id)
         return self._t_delete(thread, thread.turns.take())
+
+    def _t_admit_acquire(self, thread_id: str) -> Awaitable[None]:
+        thread = self._thread(thread_id)
+
+        async def acquire(thread: HeldSession) -> None:
+            await thread.writer()
+
+        return self._t_turn(thread, thread.turns.take(), acquire)
 
     def _t_admit_release(self, thread_id: str) -> Awaitable[None]:
         thread = self._thread(thread_id)

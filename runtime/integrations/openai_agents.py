@@ -26,18 +26,20 @@ Needs the ``openai-agents`` extra: ``pip install 'tidelog[openai-agents]'``.
 from __future__ import annotations
 
 import functools
+import importlib.util
 from collections.abc import Awaitable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-try:
-    from agents.items import TResponseInputItem
-    from agents.memory import SessionSettings
-    from agents.memory.session_settings import resolve_session_limit
-except ImportError as exc:  # pragma: no cover - the extra is installed in the checks
+# The session satisfies the SDK's Session protocol structurally: the SDK (slow to import)
+# is needed by its callers, not imported here; only its presence is checked.
+if importlib.util.find_spec("agents") is None:  # pragma: no cover - installed in the checks
     raise ImportError(
         "runtime.integrations.openai_agents needs the OpenAI Agents SDK: "
         "pip install 'tidelog[openai-agents]'"
-    ) from exc
+    )
+if TYPE_CHECKING:
+    from agents.items import TResponseInputItem
+    from agents.memory import SessionSettings
 
 from runtime import (
     BrokenError,
@@ -118,7 +120,7 @@ class TidelogSession:
         """The newest ``limit`` items (default ``session_settings.limit``; ``None``:
         all) in order: one bounded read from the end. ``limit`` 0 gives ``[]``, a
         negative one all items (as the SDK's SQLite session)."""
-        wanted = resolve_session_limit(limit, self.session_settings)
+        wanted = limit if limit is not None else _settings_limit(self.session_settings)
         if wanted is not None and (not isinstance(wanted, int) or isinstance(wanted, bool)):
             raise InvalidArgumentError(f"limit must be an int or None, not {wanted!r}")
         if wanted is not None and wanted < 0:
@@ -239,6 +241,15 @@ class TidelogSession:
         errors, self._errors[:] = list(self._errors), []
         if errors:
             raise errors[0]
+
+
+def _settings_limit(settings: object) -> Any:
+    """``session_settings``' limit (a ``SessionSettings`` or a dict of its fields)."""
+    if settings is None:
+        return None
+    if isinstance(settings, dict):
+        return settings.get("limit")
+    return getattr(settings, "limit", None)
 
 
 def _json_item(item: object) -> Any:

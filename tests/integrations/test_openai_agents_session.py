@@ -6,6 +6,8 @@ from __future__ import annotations
 import asyncio
 import pathlib
 import random
+import subprocess
+import sys
 from collections.abc import Iterator
 from typing import Any
 
@@ -16,11 +18,18 @@ from agents.memory import SessionSettings
 from agents.testing import ScriptedModel, assistant_message
 from helpers import FlakyMemoryStore
 
-from runtime import CommitPendingError, InvalidEventError, MemoryStore, open_runtime
+from runtime import (
+    CommitPendingError,
+    InvalidEventError,
+    MemoryStore,
+    SessionOwnedError,
+    open_runtime,
+)
 from runtime.integrations import Bridge, open_bridge
 from runtime.integrations.openai_agents import ITEM, TidelogSession
 
 NO_TRACING = RunConfig(tracing_disabled=True)
+SESSION_WORKER = pathlib.Path(__file__).with_name("session_worker.py")
 
 
 def user(text: object) -> Any:
@@ -196,3 +205,44 @@ async def test_native_trio_calls() -> None:
         assert await session.pop_item() is not None
         events = await rt.read(session.tidelog_session_id)
         assert [event.kind for event in events] == [ITEM] * 4
+
+
+@pytest.mark.slow
+def test_two_processes_one_session_single_writer(tmp_path: pathlib.Path) -> None:
+    """While another process holds the session, this one's add_items is refused with
+    SessionOwnedError and stores nothing; once it lets go, this process writes after
+    its items, and the session reads the same from both."""
+    db = tmp_path / "shared.db"
+    other = subprocess.Popen(
+        [sys.executable, str(SESSION_WORKER), str(db), "shared", "from-other"],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert other.stdout is not None
+        assert other.stdin is not None
+        assert other.stdout.readline().strip() == "held"
+        with Bridge.start(db) as bridge:
+            session = TidelogSession("shared", bridge)
+
+            async def refused() -> None:
+                with pytest.raises(SessionOwnedError):
+                    await session.add_items([user("from-here")])
+                assert await session.get_items() == [user("from-other")]
+
+            asyncio.run(refused())
+            other.stdin.write("\n")
+            other.stdin.flush()
+            assert other.wait(timeout=60) == 0
+
+            async def after() -> None:
+                await session.add_items([user("from-here")])
+                assert await session.get_items() == [user("from-other"), user("from-here")]
+
+            asyncio.run(after())
+    finally:
+        other.kill()
+        other.wait()
+        other.stdin.close()  # type: ignore[union-attr]
+        other.stdout.close()  # type: ignore[union-attr]
