@@ -3,7 +3,7 @@
 One tidelog session per LangGraph thread, holding all its checkpoint namespaces: the
 session id is ``prefix + thread_id`` (default prefix ``"tidelog/langgraph/"``, in
 tidelog's reserved namespace, so ``tidelog ls`` shows threads only with
-``--all``); a thread id must make a valid session id (at most 256 characters with the
+``--internal``); a thread id must make a valid session id (at most 256 characters with the
 prefix, no control characters), or the call raises
 :class:`~runtime.InvalidSessionIdError`. The events are described in
 ``runtime.integrations._checkpoint_log``.
