@@ -128,9 +128,14 @@ class Bridge:
         writes that could not be written), once."""
         if self._thread is None:
             raise InvalidArgumentError("a bridge of open_bridge() closes with its block")
+        first: BaseException | None = None
         if not self._closed:
-            with suppress(ClosedError):
+            try:
                 self.call_sync(lambda: self._aclose_integrations())
+            except ClosedError:
+                pass
+            except BaseException as exc:  # still stop the runtime, then raise it
+                first = exc
             stop = self._stop
             assert stop is not None
             with suppress(trio.RunFinishedError):
@@ -138,6 +143,10 @@ class Bridge:
             self._closed = True
         self._thread.join()
         error, self._exit_error = self._exit_error, None
+        if first is not None:
+            if error is not None:
+                first.add_note(f"also while closing: {type(error).__name__}: {error}")
+            raise first
         if error is not None:
             raise error
 
@@ -158,9 +167,17 @@ class Bridge:
         await self.aclose()
 
     async def _aclose_integrations(self) -> None:
+        """Run every closer (the last registered first); the first failure is raised
+        once all have run."""
         closers, self._closers = self._closers, {}
+        errors: list[TidelogError] = []
         for close in reversed(closers.values()):
-            await close()
+            try:
+                await close()
+            except TidelogError as exc:
+                errors.append(exc)
+        if errors:
+            raise errors[0]
 
     # -- for the integrations ----------------------------------------------------------
 
@@ -325,15 +342,13 @@ async def open_bridge(runtime: Runtime) -> AsyncIterator[Bridge]:
         try:
             yield bridge
         finally:
+            failure: TidelogError | None = None
             with trio.CancelScope(shield=True):
-                errors: list[TidelogError] = []
-                closers, bridge._closers = bridge._closers, {}
-                for close in reversed(closers.values()):
-                    try:
-                        await close()
-                    except TidelogError as exc:
-                        errors.append(exc)
+                try:
+                    await bridge._aclose_integrations()
+                except TidelogError as exc:
+                    failure = exc
                 bridge._closed = True
                 nursery.cancel_scope.cancel()
-            if errors:
-                raise errors[0]
+            if failure is not None:
+                raise failure

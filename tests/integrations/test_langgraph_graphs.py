@@ -9,9 +9,12 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+import trio
 from graphs import asking, chain, fan_out
 from langgraph.types import Command
 
+from runtime import InvalidArgumentError, open_runtime
+from runtime.integrations import open_bridge
 from runtime.integrations.langgraph import TidelogSaver
 
 
@@ -134,3 +137,19 @@ def test_state_typed_dict_round_trips(saver: TidelogSaver) -> None:
     result = graph.invoke({"log": ["seed"]}, config("v"))
     assert result["log"] == ["seed", "one", "two", "three"]
     assert graph.get_state(config("v")).values == result
+
+
+async def test_trio_program_runs_graphs_in_threads(tmp_path: pathlib.Path) -> None:
+    """In a trio program the saver's async methods run natively, a graph's sync invoke
+    runs from trio.to_thread, and a sync call on the trio thread itself is refused."""
+    async with open_runtime(tmp_path / "native.db") as rt, open_bridge(rt) as bridge:
+        saver = TidelogSaver(bridge)
+        calls: list[str] = []
+        graph = chain(calls.append).compile(checkpointer=saver)
+        final = await trio.to_thread.run_sync(graph.invoke, {"log": []}, config("n"))
+        assert final["log"] == ["one", "two", "three"]
+        latest = await saver.aget_tuple(config("n"))
+        assert latest is not None
+        assert latest.checkpoint["channel_values"]["log"] == final["log"]
+        with pytest.raises(InvalidArgumentError, match="would block it"):
+            saver.get_tuple(config("n"))
