@@ -99,7 +99,7 @@ def _openai_one(path: Path, count: int) -> float:
     from agents import SQLiteSession
 
     async def main() -> float:
-        session = SQLiteSession("s", str(path))
+        session: Any = SQLiteSession("s", str(path))  # PAYLOAD is a plain JSON item
         try:
             start = time.perf_counter()
             for _ in range(count):

@@ -26,6 +26,7 @@ from . import jsonl_w1_w2_w3_w5
 from . import pg_w1_w2_w9
 from . import pg_w3_w4_w6
 from . import w13_inspector
+from . import w14_integrations
 
 # isort: on
 
@@ -47,4 +48,5 @@ __all__ = [
     "w11_per_append",
     "w12_cold_start",
     "w13_inspector",
+    "w14_integrations",
 ]

@@ -38,6 +38,20 @@ EXPECTED_OUTPUT: dict[str, list[str]] = {
         "turns as the page shows them: 3",
         "done",
     ],
+    "langgraph_saver.py": [
+        "paused: {'question': 'ship it?'}",
+        "steps: ['plan', 'approve', 'ship']",
+        "checkpoints: 5",
+        "copy has the same state: True",
+        "async steps: ['plan', 'approve', 'hold']",
+    ],
+    "openai_agents_session.py": [
+        "assistant: Hello Ada.",
+        "assistant: Ada.",
+        "items in the session: 4",
+        "the model saw the history: True",
+        "undo the last item: assistant",
+    ],
 }
 
 

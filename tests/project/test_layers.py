@@ -63,8 +63,13 @@ def test_runtime_never_imports_its_clients() -> None:
     assert (
         _offenders(
             "runtime",
-            ("runtime.agents", "runtime.cli", "runtime.inspector"),
-            exclude=("runtime/agents/", "runtime/cli/", "runtime/inspector/"),
+            ("runtime.agents", "runtime.cli", "runtime.inspector", "runtime.integrations"),
+            exclude=(
+                "runtime/agents/",
+                "runtime/cli/",
+                "runtime/inspector/",
+                "runtime/integrations/",
+            ),
         )
         == []
     )
@@ -91,7 +96,9 @@ def _private_runtime_imports(package: str) -> list[str]:
     return out
 
 
-@pytest.mark.parametrize("package", ["runtime.agents", "runtime.cli", "runtime.inspector"])
+@pytest.mark.parametrize(
+    "package", ["runtime.agents", "runtime.cli", "runtime.inspector", "runtime.integrations"]
+)
 def test_clients_use_only_the_public_runtime(package: str) -> None:
     """The agent layer and the command line import neither actors nor a private
     ``runtime._*`` module: they are clients of the public runtime API."""
@@ -102,7 +109,7 @@ def test_clients_touch_no_private_runtime_attribute() -> None:
     """No ``._something`` attribute of a runtime object is used by the agent layer or the
     command line (their own objects' privates are theirs)."""
     suspicious = []
-    for package in ("runtime.agents", "runtime.cli", "runtime.inspector"):
+    for package in ("runtime.agents", "runtime.cli", "runtime.inspector", "runtime.integrations"):
         for path in _files(package):
             for node in ast.walk(ast.parse(path.read_text())):
                 if (
