@@ -13,14 +13,14 @@ from ._checkpoints import (
     Checkpointer,
     CheckpointOptions,
     IfRunExists,
-    MemoryCheckpointer,
     RunHead,
     RunInfo,
     RunSnapshot,
     RunStatus,
-    RuntimeCheckpointer,
     begin_run,
 )
+from ._checkpoints_memory import MemoryCheckpointer
+from ._checkpoints_runtime import RuntimeCheckpointer
 from ._completion import complete_run
 from ._errors import (
     AgentNotFoundError,
@@ -35,6 +35,7 @@ from ._errors import (
     ModelTimeoutError,
     RunExistsError,
     RunNotFoundError,
+    unwrap_group,
 )
 from ._events import (
     Handoff,
@@ -49,7 +50,10 @@ from ._events import (
     ToolStarted,
 )
 from ._fork import check_fork_point, fork_conversation
-from ._history import History, MemoryHistory, Segment
+from ._history import History, Segment
+from ._history_memory import MemoryHistory
+from ._history_runtime import RuntimeHistory
+from ._home import SessionHome
 from ._loop import TOOL_OUTCOME_UNKNOWN
 from ._models import (
     UNPARSED_ARGUMENTS,
@@ -78,7 +82,6 @@ from ._retention import (
     prune,
 )
 from ._runner import Runner
-from ._runtime_history import RuntimeHistory
 from ._tools import FunctionTool, RunContext, ToolArgumentsError, function_tool
 from ._transcript import (
     AssistantMessage,
@@ -155,6 +158,7 @@ __all__ = [
     "RuntimeHistory",
     "ScriptedModel",
     "Segment",
+    "SessionHome",
     "SidecarEntry",
     "StreamRestarted",
     "StreamingModel",
@@ -183,6 +187,7 @@ __all__ = [
     "history",
     "pending_tool_calls",
     "prune",
+    "unwrap_group",
 ]
 
 #: The provider adapters, imported on first use: each needs its SDK (an optional extra).

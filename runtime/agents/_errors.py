@@ -18,7 +18,26 @@ __all__ = [
     "ModelTimeoutError",
     "RunExistsError",
     "RunNotFoundError",
+    "error_leaves",
+    "unwrap_group",
 ]
+
+
+def error_leaves(exc: BaseException) -> list[BaseException]:
+    """The exceptions inside ``exc`` (nested exception groups flattened, in order);
+    ``[exc]`` for a plain exception."""
+    if not isinstance(exc, BaseExceptionGroup):
+        return [exc]
+    return [leaf for member in exc.exceptions for leaf in error_leaves(member)]
+
+
+def unwrap_group(exc: BaseException) -> BaseException:
+    """The one exception that ``exc`` holds when it is a (nested) exception group of one,
+    else ``exc`` itself: a group of several errors stays a group, since hiding any of
+    them would lose information. Nurseries group what their tasks raise; the agent layer
+    and the command line report the plain error with this."""
+    leaves = error_leaves(exc)
+    return leaves[0] if len(leaves) == 1 else exc
 
 
 class ForkPointError(InvalidArgumentError):

@@ -31,9 +31,9 @@ import trio
 from runtime import JSON, CommitPendingError, InvalidArgumentError, Runtime
 
 from ._agent import Agent
-from ._checkpoints import CheckpointOptions, RunHead, RunSnapshot, RuntimeCheckpointer
+from ._checkpoints import CheckpointOptions, RunHead, RunSnapshot
 from ._completion import finish_run
-from ._errors import AgentNotFoundError, MaxTurnsExceededError
+from ._errors import AgentNotFoundError, MaxTurnsExceededError, error_leaves
 from ._events import (
     Handoff,
     ModelTurn,
@@ -78,8 +78,10 @@ def unknown_outcome_text(call: ToolCall) -> str:
     )
 
 
-@attrs.define
+@attrs.define(kw_only=True)
 class Run:
+    """One run in progress: what it was started with, and how far it got."""
+
     runtime: Runtime
     entry_agent: Agent
     agent: Agent
@@ -154,15 +156,21 @@ class Run:
     async def barrier(self) -> None:
         """Make everything recorded so far durable (before model requests, tool bodies):
         this run's checkpoint and its conversation, whatever other sessions are doing."""
-        sessions = [] if self.session_id is None else [self.session_id]
-        checkpointer = None if self.options is None else self.options.checkpointer
-        if isinstance(checkpointer, RuntimeCheckpointer):
-            own = checkpointer.session_id(self.run_id)
-            if checkpointer.runtime is self.runtime:
-                sessions.append(own)
-            else:
-                await checkpointer.runtime.flush_sessions([own])
-        await self.runtime.flush_sessions(sessions)
+        homes = []
+        if self.options is not None:
+            homes.append(self.options.checkpointer.home(self.run_id))
+        if self.session_id is not None:
+            homes.append(self.history.home(self.session_id))
+        by_runtime: dict[int, tuple[Runtime, list[str]]] = {}
+        for home in homes:
+            if home is not None:
+                by_runtime.setdefault(id(home.runtime), (home.runtime, []))[1].append(
+                    home.session_id
+                )
+        for runtime, sessions in by_runtime.values():  # one fsync barrier per runtime
+            await runtime.flush_sessions(sessions)
+        if not by_runtime:
+            await trio.lowlevel.checkpoint()
 
     # -- tools -------------------------------------------------------------------------
 
@@ -200,7 +208,7 @@ class Run:
 
     async def settle(self, calls: Sequence[ToolCall], *, resuming: bool) -> None:
         """Give every call a result: handoffs first, then tools, concurrently."""
-        to_run: list[tuple[ToolCall, FunctionTool, str]] = []
+        to_run: list[tuple[ToolCall, FunctionTool, dict[str, Any], str]] = []
         for call in calls:
             target = self.agent.handoff(call.name)
             if target is not None:
@@ -218,7 +226,7 @@ class Run:
                 await self.record(ToolResult(call.call_id, text, is_error=True), "error")
                 continue
             try:
-                tool.validate(call.arguments)
+                kwargs = tool.validate(call.arguments)  # once: the body gets these
             except ToolArgumentsError as exc:  # the body never runs: the model is told why
                 await self.record(ToolResult(call.call_id, str(exc), is_error=True), "invalid")
                 continue
@@ -227,12 +235,12 @@ class Run:
                     text = unknown_outcome_text(call)
                     await self.record(ToolResult(call.call_id, text, is_error=True), "unknown")
                     continue
-                to_run.append((call, tool, "re-ran"))
+                to_run.append((call, tool, kwargs, "re-ran"))
             else:
-                to_run.append((call, tool, "ran"))
+                to_run.append((call, tool, kwargs, "ran"))
         if not to_run:
             return
-        for call, _, _ in to_run:
+        for call, _, _, _ in to_run:
             self.entries.append(
                 SidecarEntry(_STARTED, {"call_id": call.call_id, "name": call.name})
             )
@@ -241,20 +249,23 @@ class Run:
         await self.barrier()  # a body runs only after its call record is durable
         try:
             async with trio.open_nursery() as nursery:
-                for call, tool, how in to_run:
-                    nursery.start_soon(self.run_tool, call, tool, how)
+                for call, tool, kwargs, how in to_run:
+                    nursery.start_soon(self.run_tool, call, tool, kwargs, how)
         except BaseExceptionGroup as group:
             raise first_cause(group) from None
         self.announced.clear()
         self.dispatched.clear()
 
-    async def run_tool(self, call: ToolCall, tool: FunctionTool, how: str) -> None:
-        """Run one tool body; a failing tool becomes an error result."""
+    async def run_tool(
+        self, call: ToolCall, tool: FunctionTool, kwargs: dict[str, Any], how: str
+    ) -> None:
+        """Run one tool body on its validated arguments; a failing tool becomes an error
+        result."""
         await self.emit(ToolStarted(call))
         await self.hooks.on_tool_start(self.ctx, call)
         self.dispatched.add(call.call_id)  # from here on its body may have run
         try:
-            output = await tool.invoke(self.ctx, call.arguments)
+            output = await tool.call(self.ctx, kwargs)
             result = ToolResult(call.call_id, output)
         except trio.TooSlowError:
             text = f"TimeoutError: the tool {tool.name!r} did not finish within {tool.timeout}s"
@@ -447,14 +458,7 @@ def first_cause(group: BaseExceptionGroup[BaseException]) -> BaseException:
     """What stopped the concurrent tools, as the plain error the run's callers expect:
     the group's only error, a cancellation if any (so the run is "interrupted"), or else
     the group itself (several independent failures: none is hidden)."""
-    leaves: list[BaseException] = []
-    pending = list(group.exceptions)
-    while pending:
-        exc = pending.pop(0)
-        if isinstance(exc, BaseExceptionGroup):
-            pending.extend(exc.exceptions)
-        else:
-            leaves.append(exc)
+    leaves = error_leaves(group)
     if len(leaves) == 1:
         return leaves[0]
     cancelled = [e for e in leaves if isinstance(e, trio.Cancelled)]

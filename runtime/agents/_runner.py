@@ -8,6 +8,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import AsyncExitStack, asynccontextmanager
 from typing import Any
 
+import attrs
 import trio
 
 from runtime import JSON, InvalidArgumentError, Runtime
@@ -70,17 +71,19 @@ class Runner:
             pass
 
         return await _execute(
-            agent,
-            input,
-            runtime,
-            session_id,
-            checkpoint,
-            max_turns,
-            context,
-            hooks,
-            history,
-            ignore,
-            stream=False,
+            RunRequest(
+                agent=agent,
+                input=input,
+                runtime=runtime,
+                session_id=session_id,
+                checkpoint=checkpoint,
+                max_turns=max_turns,
+                context=context,
+                hooks=hooks,
+                history=history,
+                emit=ignore,
+                stream=False,
+            )
         )
 
     @staticmethod
@@ -111,17 +114,19 @@ class Runner:
             async with send:
                 try:
                     await _execute(
-                        agent,
-                        input,
-                        runtime,
-                        session_id,
-                        checkpoint,
-                        max_turns,
-                        context,
-                        hooks,
-                        history,
-                        send.send,
-                        stream=True,
+                        RunRequest(
+                            agent=agent,
+                            input=input,
+                            runtime=runtime,
+                            session_id=session_id,
+                            checkpoint=checkpoint,
+                            max_turns=max_turns,
+                            context=context,
+                            hooks=hooks,
+                            history=history,
+                            emit=send.send,
+                            stream=True,
+                        )
                     )
                 except Exception as exc:
                     await send.send(RunFailed(exc, "failed"))
@@ -134,39 +139,53 @@ class Runner:
                 nursery.cancel_scope.cancel()
 
 
-async def _execute(
-    agent: Agent,
-    input: str | Sequence[Entry],
-    runtime: Runtime,
-    session_id: str | None,
-    checkpoint: CheckpointOptions | None,
-    max_turns: int,
-    context: Any,
-    hooks: RunHooks | None,
-    history: History | None,
-    emit: Callable[[RunEvent], Awaitable[None]],
-    *,
-    stream: bool,
-) -> RunResult:
-    """Run, resume or replay one run (the body of ``Runner.run``); ``stream``: ask
-    streaming models for deltas."""
-    if not isinstance(agent, Agent):
-        raise InvalidArgumentError(f"agent must be an Agent, not {type(agent).__name__}")
-    if session_id is not None:
-        validate_session_id(session_id)
+@attrs.frozen(kw_only=True)
+class RunRequest:
+    """What ``Runner.run`` / ``run_streamed`` were called with, unchecked; ``emit``
+    receives the run events, ``stream`` asks streaming models for deltas."""
+
+    agent: Agent
+    input: str | Sequence[Entry]
+    runtime: Runtime
+    session_id: str | None
+    checkpoint: CheckpointOptions | None
+    max_turns: int
+    context: Any
+    hooks: RunHooks | None
+    history: History | None
+    emit: Callable[[RunEvent], Awaitable[None]]
+    stream: bool
+
+
+def _check(request: RunRequest) -> History:
+    """Check the request's arguments; the history the run uses."""
+    if not isinstance(request.agent, Agent):
+        raise InvalidArgumentError(f"agent must be an Agent, not {type(request.agent).__name__}")
+    if request.session_id is not None:
+        validate_session_id(request.session_id)
+    max_turns = request.max_turns
     if type(max_turns) is not int or max_turns < 1:
         raise InvalidArgumentError(f"max_turns must be an int >= 1, not {max_turns!r}")
-    if checkpoint is not None and not isinstance(checkpoint, CheckpointOptions):
+    if request.checkpoint is not None and not isinstance(request.checkpoint, CheckpointOptions):
         raise InvalidArgumentError("checkpoint must be CheckpointOptions or None")
-    if hooks is not None and not isinstance(hooks, RunHooks):
+    if request.hooks is not None and not isinstance(request.hooks, RunHooks):
         raise InvalidArgumentError("hooks must be a RunHooks instance or None")
+    runtime = request.runtime
     if not isinstance(runtime, Runtime):
         raise InvalidArgumentError(f"runtime must be a Runtime, not {type(runtime).__name__}")
-    new_entries: list[Entry] = [UserMessage(input)] if isinstance(input, str) else list(input)
-    if history is None:
-        history = runtime_history(runtime)
-    elif not isinstance(history, History):
+    if request.history is None:
+        return runtime_history(runtime)
+    if not isinstance(request.history, History):
         raise InvalidArgumentError("history must implement History or be None")
+    return request.history
+
+
+async def _execute(request: RunRequest) -> RunResult:
+    """Run, resume or replay one run (the body of ``Runner.run``)."""
+    history = _check(request)
+    agent, checkpoint, session_id = request.agent, request.checkpoint, request.session_id
+    given = request.input
+    new_entries: list[Entry] = [UserMessage(given)] if isinstance(given, str) else list(given)
     async with AsyncExitStack() as stack:
         snapshot: RunSnapshot | None = None
         if checkpoint is not None:
@@ -178,21 +197,21 @@ async def _execute(
             snapshot = await begin_run(checkpoint)
         run_id = checkpoint.run_id if checkpoint is not None else uuid.uuid4().hex
         if snapshot is not None and snapshot.head.status == "completed":
-            result = await _replay(agent, snapshot, history, session_id, emit)
+            result = await _replay(agent, snapshot, history, session_id, request.emit)
         else:
             run = Run(
-                runtime,
-                agent,
-                agent,
-                run_id,
-                session_id,
-                checkpoint,
-                max_turns,
-                hooks or NO_HOOKS,
-                emit,
-                context,
-                history,
-                stream=stream,
+                runtime=request.runtime,
+                entry_agent=agent,
+                agent=agent,
+                run_id=run_id,
+                session_id=session_id,
+                options=checkpoint,
+                max_turns=request.max_turns,
+                hooks=request.hooks or NO_HOOKS,
+                emit=request.emit,
+                context=request.context,
+                history=history,
+                stream=request.stream,
             )
             result = await drive(run, snapshot, new_entries)
     if checkpoint is not None and checkpoint.delete_on_success:

@@ -95,7 +95,14 @@ class FunctionTool:
 
         Raises :class:`ToolArgumentsError` (invalid call, the body did not run),
         :class:`trio.TooSlowError` (timeout), or whatever the body raises."""
-        kwargs = self.validate(arguments)
+        return await self.call(ctx, self.validate(arguments))
+
+    async def call(self, ctx: RunContext, kwargs: dict[str, Any]) -> str:
+        """Run the body on ``kwargs`` as :meth:`validate` returned them (the run loop
+        validates each call once, before it records that the body may start), within
+        :attr:`timeout`, and return its output as :meth:`invoke` does.
+
+        Raises :class:`trio.TooSlowError` (timeout), or whatever the body raises."""
         call = functools.partial(self.body, ctx, **kwargs) if self.takes_context else None
         call = call or functools.partial(self.body, **kwargs)
         with trio.fail_after(self.timeout) if self.timeout is not None else _nothing():
