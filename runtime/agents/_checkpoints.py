@@ -201,7 +201,9 @@ class Checkpointer(Protocol):
     """Where runs keep their checkpoints. All methods are async checkpoints."""
 
     async def append(self, run_id: str, entries: Sequence[Entry], head: RunHead) -> None:
-        """Add ``entries`` (one batch, never rewritten) and replace the head, together."""
+        """Add ``entries`` (one batch, never rewritten) and replace the head, together.
+        Safe to resend after :class:`~stores.CommitPendingError`: the same save sent again
+        is stored once."""
         ...
 
     async def load(self, run_id: str) -> RunSnapshot | None:
@@ -209,7 +211,8 @@ class Checkpointer(Protocol):
         ...
 
     async def delete(self, run_id: str) -> None:
-        """Forget the run. Idempotent."""
+        """Forget the run. Idempotent. Allowed under the caller's own claim (the
+        ``restart`` policy does that): the claim goes on holding the emptied run."""
         ...
 
     async def list(self, *, status: RunStatus | None = None) -> list[RunInfo]:

@@ -14,7 +14,15 @@ from contextlib import AbstractAsyncContextManager, AsyncExitStack, asynccontext
 
 import trio
 
-from runtime import JSON, Runtime, SessionOwnedError, SessionWriter, TidelogError
+from runtime import (
+    JSON,
+    CommitPendingError,
+    NewEvent,
+    Runtime,
+    SessionOwnedError,
+    SessionWriter,
+    TidelogError,
+)
 from stores import prepare_events
 
 from ._checkpoints import (
@@ -49,6 +57,8 @@ class RuntimeCheckpointer:
     def __init__(self, runtime: Runtime) -> None:
         self.runtime = runtime
         self._claims: dict[str, SessionWriter] = {}
+        #: Per run, the save whose append raised CommitPendingError (a resend is expected).
+        self._unconfirmed: dict[str, list[NewEvent]] = {}
 
     @staticmethod
     def session_id(run_id: str) -> str:
@@ -98,16 +108,27 @@ class RuntimeCheckpointer:
 
     async def append(self, run_id: str, entries: Sequence[Entry], head: RunHead) -> None:
         """See :meth:`Checkpointer.append`. Raises as ``SessionWriter.append`` (a
-        :class:`~stores.CommitPendingError` means the entries *were* accepted)."""
+        :class:`~stores.CommitPendingError` means the entries *were* accepted).
+
+        Safe to resend after :class:`~stores.CommitPendingError`: the same save again
+        (equal entries and head) is recognised as the resend of the accepted one. It
+        returns once that copy is committed (storing nothing more), raises
+        ``CommitPendingError`` again while it is still queued, and stores the save only
+        if the first copy was dropped after all."""
         events = checkpoint_events(run_id, entries, head)
-        claimed = self._claims.get(run_id)
-        if claimed is not None:
-            await claimed.append(events)  # all or nothing: it validates and encodes once
-            return
-        # The open below creates the run session: refuse bad data before it.
-        prepare_events(events)
-        async with self._shared_writer(run_id) as writer:
-            await writer.append(events)
+        unconfirmed = self._unconfirmed.pop(run_id, None)
+        if run_id not in self._claims:
+            # The open below creates the run session: refuse bad data before it. (With
+            # the claim's writer, its append validates and encodes once, all or nothing.)
+            prepare_events(events)
+        async with self._writer(run_id) as writer:
+            try:
+                if unconfirmed == events and await _landed(writer, events):
+                    return
+                await writer.append(events)
+            except CommitPendingError:
+                self._unconfirmed[run_id] = events
+                raise
 
     def _shared_writer(self, run_id: str) -> AbstractAsyncContextManager[SessionWriter]:
         return self.runtime.open_session(
@@ -147,8 +168,15 @@ class RuntimeCheckpointer:
         return RunSnapshot(run_id, tuple(entries), head)
 
     async def delete(self, run_id: str) -> None:
-        """See :meth:`Checkpointer.delete`. Raises :class:`~stores.SessionOwnedError`
-        while the run is claimed (here or elsewhere)."""
+        """See :meth:`Checkpointer.delete`. Under this checkpointer's own claim (a
+        ``restart``), the claim's writer empties the run session in one atomic step and
+        the claim goes on holding it. Raises :class:`~stores.SessionOwnedError` while the
+        run is claimed elsewhere."""
+        self._unconfirmed.pop(run_id, None)
+        claimed = self._claims.get(run_id)
+        if claimed is not None:
+            await claimed.replace(0, [])
+            return
         await self.runtime.delete(self.session_id(run_id))
 
     async def list(self, *, status: RunStatus | None = None) -> list[RunInfo]:
@@ -166,3 +194,14 @@ class RuntimeCheckpointer:
                 infos.append(RunInfo(run_id, head))
         infos.sort(key=lambda i: (-i.head.updated_at, i.run_id))
         return infos
+
+
+async def _landed(writer: SessionWriter, events: Sequence[NewEvent]) -> bool:
+    """Are ``events`` (a save accepted earlier, resent) the last committed ones? Waits
+    for the session's queue first: raises :class:`~stores.CommitPendingError` while it
+    still fails (the earlier copy stays queued)."""
+    await writer.wait_committed()
+    tail = await writer.read(limit=len(events), from_end=True)
+    return [(e.kind, e.data, e.run_id) for e in tail] == [
+        (e.kind, e.data, e.run_id) for e in events
+    ]

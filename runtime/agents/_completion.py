@@ -41,7 +41,9 @@ async def complete_run(
 
     Same runtime: one transaction. Otherwise: checkpoint first, then the idempotent history
     append. Calling it again for a run already in the history only saves the checkpoint
-    (that is how a replay repairs the crash window of the second form).
+    (that is how a replay repairs the crash window of the second form), unless it already
+    has this very head: so a call resent after :class:`~stores.CommitPendingError` stores
+    nothing twice.
 
     Cancellation: the atomic form is all or nothing; the fallback may stop between its two
     steps, which a replay repairs.
@@ -128,7 +130,11 @@ async def _complete_atomically(
 
         async def attempt(conversation_head: int) -> None:
             if await history.has_run(session_id, run_id):
-                await checkpointer.append(run_id, new_entries, head)
+                # A replay repairing the checkpoint -- or this same completion resent
+                # after CommitPendingError, whose group landed: then nothing is missing.
+                stored = await checkpointer.load(run_id)
+                if stored is None or stored.head != head:
+                    await checkpointer.append(run_id, new_entries, head)
                 return
             await run_home.runtime.append_atomic(
                 {run: cp_events, conversation: segment},
