@@ -9,6 +9,14 @@ import importlib
 from typing import TYPE_CHECKING
 
 from ._agent import Agent
+from ._approvals import (
+    AlreadyDecidedError,
+    ApprovalNotPendingError,
+    Decision,
+    approve,
+    awaiting_approval,
+    reject,
+)
 from ._checkpoints import (
     Checkpointer,
     CheckpointOptions,
@@ -38,6 +46,7 @@ from ._errors import (
     unwrap_group,
 )
 from ._events import (
+    AwaitingApproval,
     Handoff,
     ModelTurn,
     RunCompleted,
@@ -82,7 +91,14 @@ from ._retention import (
     prune,
 )
 from ._runner import Runner
-from ._tools import FunctionTool, RunContext, ToolArgumentsError, function_tool
+from ._tools import (
+    ApprovalPolicy,
+    FunctionTool,
+    RunContext,
+    ToolArgumentsError,
+    Verdict,
+    function_tool,
+)
 from ._transcript import (
     AssistantMessage,
     Entry,
@@ -106,12 +122,17 @@ __all__ = [
     "UNPARSED_ARGUMENTS",
     "Agent",
     "AgentNotFoundError",
+    "AlreadyDecidedError",
     "AnthropicModel",
+    "ApprovalNotPendingError",
+    "ApprovalPolicy",
     "AssistantMessage",
+    "AwaitingApproval",
     "CheckpointOptions",
     "CheckpointSession",
     "Checkpointer",
     "ConversationProjection",
+    "Decision",
     "Entry",
     "ForkPointError",
     "FunctionTool",
@@ -172,7 +193,10 @@ __all__ = [
     "TurnsProjection",
     "Usage",
     "UserMessage",
+    "Verdict",
     "agent_projections",
+    "approve",
+    "awaiting_approval",
     "begin_run",
     "check_fork_point",
     "checkpoint_sessions",
@@ -187,6 +211,7 @@ __all__ = [
     "history",
     "pending_tool_calls",
     "prune",
+    "reject",
     "unwrap_group",
 ]
 

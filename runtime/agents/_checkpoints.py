@@ -47,8 +47,8 @@ __all__ = [
     "checkpoint_events",
 ]
 
-RunStatus: TypeAlias = Literal["running", "interrupted", "completed", "failed"]
-_STATUSES = ("running", "interrupted", "completed", "failed")
+RunStatus: TypeAlias = Literal["running", "awaiting_approval", "interrupted", "completed", "failed"]
+_STATUSES = ("running", "awaiting_approval", "interrupted", "completed", "failed")
 IfRunExists: TypeAlias = Literal["resume", "restart", "fail", "resume_only"]
 #: The ``if_run_exists`` policies.
 IF_RUN_EXISTS = ("resume", "restart", "fail", "resume_only")

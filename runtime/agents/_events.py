@@ -13,6 +13,7 @@ from ._tools import RunContext
 from ._transcript import Entry, ToolCall, ToolResult
 
 __all__ = [
+    "AwaitingApproval",
     "Handoff",
     "ModelTurn",
     "RunCompleted",
@@ -41,6 +42,11 @@ class RunResult:
     agent: str
     finish_reason: str | None
     final_output: Any = None
+    #: ``"completed"``, or ``"awaiting_approval"``: the run stopped before the calls in
+    #: :attr:`pending_approvals` (``output`` is then ``None``); decide them with
+    #: ``approve`` / ``reject`` and re-issue the run to continue it.
+    status: Literal["completed", "awaiting_approval"] = "completed"
+    pending_approvals: tuple[ToolCall, ...] = ()
 
 
 @attrs.frozen
@@ -84,6 +90,14 @@ class RunCompleted:
 
 
 @attrs.frozen
+class AwaitingApproval:
+    """The run stopped to wait for decisions on ``result.pending_approvals`` (its last
+    event; its checkpoint says ``awaiting_approval``)."""
+
+    result: RunResult
+
+
+@attrs.frozen
 class RunFailed:
     error: BaseException
     status: str
@@ -102,6 +116,7 @@ RunEvent: TypeAlias = (
     | ToolFinished
     | Handoff
     | RunCompleted
+    | AwaitingApproval
     | RunFailed
 )
 

@@ -31,10 +31,12 @@ import trio
 from runtime import JSON, CommitPendingError, InvalidArgumentError, Runtime
 
 from ._agent import Agent
+from ._approvals import approval_step
 from ._checkpoints import CheckpointOptions, RunHead, RunSnapshot
 from ._completion import finish_run
 from ._errors import AgentNotFoundError, MaxTurnsExceededError, error_leaves
 from ._events import (
+    AwaitingApproval,
     Handoff,
     ModelTurn,
     RunCompleted,
@@ -206,9 +208,11 @@ class Run:
         await self.emit(ToolFinished(result, how))
         await self.hooks.on_tool_result(self.ctx, result)
 
-    async def settle(self, calls: Sequence[ToolCall], *, resuming: bool) -> None:
-        """Give every call a result: handoffs first, then tools, concurrently."""
+    async def settle(self, calls: Sequence[ToolCall], *, resuming: bool) -> list[ToolCall]:
+        """Give every call a result: handoffs first, then tools, concurrently. Returns the
+        calls that await a person's decision (the others are settled)."""
         to_run: list[tuple[ToolCall, FunctionTool, dict[str, Any], str]] = []
+        waiting: list[ToolCall] = []
         for call in calls:
             target = self.agent.handoff(call.name)
             if target is not None:
@@ -230,6 +234,12 @@ class Run:
             except ToolArgumentsError as exc:  # the body never runs: the model is told why
                 await self.record(ToolResult(call.call_id, str(exc), is_error=True), "invalid")
                 continue
+            if tool.needs_approval is not False:
+                verdict = await self.approval(call, tool)
+                if verdict == "wait":
+                    waiting.append(call)
+                if verdict != "run":
+                    continue
             if resuming and self.may_have_run(call):
                 if not tool.idempotent:
                     text = unknown_outcome_text(call)
@@ -239,7 +249,7 @@ class Run:
             else:
                 to_run.append((call, tool, kwargs, "ran"))
         if not to_run:
-            return
+            return waiting
         for call, _, _, _ in to_run:
             self.entries.append(
                 SidecarEntry(_STARTED, {"call_id": call.call_id, "name": call.name})
@@ -255,6 +265,16 @@ class Run:
             raise first_cause(group) from None
         self.announced.clear()
         self.dispatched.clear()
+        return waiting
+
+    async def approval(self, call: ToolCall, tool: FunctionTool) -> str:
+        """Settle the approval of a call whose tool needs one: ``"run"``, ``"wait"`` (its
+        request is recorded) or ``"done"`` (denied or rejected: its result recorded)."""
+        step, result = await approval_step(self.entries, self.run_id, self.ctx, call, tool)
+        if result is None:
+            return step
+        await self.record(result, step)
+        return "done"
 
     async def run_tool(
         self, call: ToolCall, tool: FunctionTool, kwargs: dict[str, Any], how: str
@@ -278,8 +298,9 @@ class Run:
 
     # -- turns -------------------------------------------------------------------------
 
-    async def turn(self) -> ModelResponse | None:
-        """One model turn and its tools; the model's response if it is done."""
+    async def turn(self) -> ModelResponse | list[ToolCall]:
+        """One model turn and its tools: the model's response if it is done, else the
+        calls that await a decision (none: ask the model again)."""
         if self.turns >= self.max_turns:
             raise MaxTurnsExceededError(self.run_id, self.max_turns)
         model = self.agent.model or self.entry_agent.model
@@ -312,8 +333,7 @@ class Run:
         await self.hooks.on_model_turn(self.ctx, tuple(new))
         if not calls:
             return response
-        await self.settle(calls, resuming=False)
-        return None
+        return await self.settle(calls, resuming=False)
 
     async def ask(self, model: Model, request: ModelRequest) -> ModelResponse:
         """The model's answer; streamed (deltas emitted as they come) when the run
@@ -336,6 +356,21 @@ class Run:
         if response is None:
             raise InvalidArgumentError(f"the model's stream for {request.agent!r} had no response")
         return response
+
+    async def pause(self, waiting: list[ToolCall]) -> RunResult:
+        """Checkpoint the run as awaiting decisions on ``waiting`` and say so."""
+        if self.options is None:
+            names = ", ".join(sorted({c.name for c in waiting}))
+            raise InvalidArgumentError(
+                f"the run asks for approval of {names}: a run awaiting approval must be "
+                "resumable, so run it with a checkpoint (CheckpointOptions)"
+            )
+        await self.save("awaiting_approval")
+        return attrs.evolve(
+            self.result(None, None, None),
+            status="awaiting_approval",
+            pending_approvals=tuple(waiting),
+        )
 
     def result(self, output: JSON, finish_reason: str | None, final: Any) -> RunResult:
         """The :class:`RunResult` of the run as it stands."""
@@ -425,17 +460,24 @@ async def drive(run: Run, snapshot: RunSnapshot | None, new_entries: list[Entry]
     await run.emit(RunStarted(run.run_id, run.agent.name, "resumed" if resuming else "new"))
     await run.hooks.on_run_start(run.ctx)
     try:
+        waiting: list[ToolCall] = []
         if resuming:
-            await run.settle(pending_tool_calls(run.entries), resuming=True)
-        while True:
-            response = await run.turn()
-            if response is not None:
-                result = await run.finish(response)
+            waiting = await run.settle(pending_tool_calls(run.entries), resuming=True)
+        while not waiting:
+            outcome = await run.turn()
+            if isinstance(outcome, ModelResponse):
+                result = await run.finish(outcome)
                 break
+            waiting = outcome
+        else:
+            result = await run.pause(waiting)
     except BaseException as exc:
         if not run.completed:  # a completed run stays completed, whatever failed after
             await save_stopped(run, exc)
         raise
+    if result.status == "awaiting_approval":
+        await run.emit(AwaitingApproval(result))
+        return result
     await run.emit(RunCompleted(result))
     await run.hooks.on_run_end(run.ctx, result)
     return result

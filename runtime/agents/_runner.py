@@ -214,7 +214,7 @@ async def _execute(request: RunRequest) -> RunResult:
                 stream=request.stream,
             )
             result = await drive(run, snapshot, new_entries)
-    if checkpoint is not None and checkpoint.delete_on_success:
+    if checkpoint is not None and checkpoint.delete_on_success and result.status == "completed":
         await checkpoint.checkpointer.delete(checkpoint.run_id)  # after the claim ended
     return result
 
