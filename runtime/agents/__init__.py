@@ -55,6 +55,7 @@ from ._events import (
     RunHooks,
     RunResult,
     RunStarted,
+    RunStopped,
     ToolFinished,
     ToolStarted,
 )
@@ -91,6 +92,7 @@ from ._retention import (
     prune,
 )
 from ._runner import Runner
+from ._stopping import StopOutcome, request_stop
 from ._tools import (
     ApprovalPolicy,
     FunctionTool,
@@ -174,6 +176,7 @@ __all__ = [
     "RunSnapshot",
     "RunStarted",
     "RunStatus",
+    "RunStopped",
     "Runner",
     "RuntimeCheckpointer",
     "RuntimeHistory",
@@ -181,6 +184,7 @@ __all__ = [
     "Segment",
     "SessionHome",
     "SidecarEntry",
+    "StopOutcome",
     "StreamRestarted",
     "StreamingModel",
     "TextDelta",
@@ -212,6 +216,7 @@ __all__ = [
     "pending_tool_calls",
     "prune",
     "reject",
+    "request_stop",
     "unwrap_group",
 ]
 

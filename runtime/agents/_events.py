@@ -22,6 +22,7 @@ __all__ = [
     "RunHooks",
     "RunResult",
     "RunStarted",
+    "RunStopped",
     "ToolFinished",
     "ToolStarted",
 ]
@@ -42,11 +43,14 @@ class RunResult:
     agent: str
     finish_reason: str | None
     final_output: Any = None
-    #: ``"completed"``, or ``"awaiting_approval"``: the run stopped before the calls in
-    #: :attr:`pending_approvals` (``output`` is then ``None``); decide them with
-    #: ``approve`` / ``reject`` and re-issue the run to continue it.
-    status: Literal["completed", "awaiting_approval"] = "completed"
+    #: ``"completed"``; ``"awaiting_approval"``: the run stopped before the calls in
+    #: :attr:`pending_approvals` (``output`` is then ``None``), decide them with
+    #: ``approve`` / ``reject`` and re-issue the run to continue it; ``"interrupted"``:
+    #: stopped on request (:attr:`stop_reason`), re-issue it to resume.
+    status: Literal["completed", "awaiting_approval", "interrupted"] = "completed"
     pending_approvals: tuple[ToolCall, ...] = ()
+    #: Why the run was stopped (``status == "interrupted"``, see ``request_stop``).
+    stop_reason: str | None = None
 
 
 @attrs.frozen
@@ -90,6 +94,14 @@ class RunCompleted:
 
 
 @attrs.frozen
+class RunStopped:
+    """The run stopped on request (its last event; its checkpoint says
+    ``interrupted``, with the reason)."""
+
+    result: RunResult
+
+
+@attrs.frozen
 class AwaitingApproval:
     """The run stopped to wait for decisions on ``result.pending_approvals`` (its last
     event; its checkpoint says ``awaiting_approval``)."""
@@ -117,6 +129,7 @@ RunEvent: TypeAlias = (
     | Handoff
     | RunCompleted
     | AwaitingApproval
+    | RunStopped
     | RunFailed
 )
 

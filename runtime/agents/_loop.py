@@ -44,11 +44,13 @@ from ._events import (
     RunHooks,
     RunResult,
     RunStarted,
+    RunStopped,
     ToolFinished,
     ToolStarted,
 )
 from ._history import History
 from ._models import Model, ModelRequest, ModelResponse, StreamingModel, Usage
+from ._stopping import StopRequested
 from ._tools import FunctionTool, RunContext, ToolArgumentsError
 from ._transcript import (
     AssistantMessage,
@@ -109,6 +111,18 @@ class Run:
     dispatched: set[str] = attrs.Factory(set)
     #: Ask streaming models for deltas (``Runner.run_streamed``).
     stream: bool = False
+    #: Why the run was asked to stop (``request_stop``), once it was; the model request
+    #: in flight then, if any, is cancelled through ``model_scope``.
+    stop_reason: str | None = None
+    model_scope: trio.CancelScope | None = None
+
+    def request_stop(self, reason: str) -> None:
+        """Stop at the next safe point: now if a model request is in flight (nothing of
+        its turn is saved yet), else after the running tool bodies, before the next
+        model request."""
+        self.stop_reason = reason
+        if self.model_scope is not None:
+            self.model_scope.cancel()
 
     @property
     def ctx(self) -> RunContext:
@@ -315,7 +329,13 @@ class Run:
             self.agent.tool_schemas(),
             None if output is None else output.request_form(),
         )
-        response = await self.ask(model, request)
+        if self.stop_reason is not None:
+            raise StopRequested(self.stop_reason)
+        with trio.CancelScope() as self.model_scope:
+            response = await self.ask(model, request)
+        self.model_scope = None
+        if self.stop_reason is not None:  # the request was cancelled, or just answered
+            raise StopRequested(self.stop_reason)
         self.turns += 1
         self.usage = self.usage + response.usage
         calls = [
@@ -471,6 +491,13 @@ async def drive(run: Run, snapshot: RunSnapshot | None, new_entries: list[Entry]
             waiting = outcome
         else:
             result = await run.pause(waiting)
+    except StopRequested as stop:
+        await save_stopped(run, stop)
+        result = attrs.evolve(
+            run.result(None, None, None), status="interrupted", stop_reason=stop.reason
+        )
+        await run.emit(RunStopped(result))
+        return result
     except BaseException as exc:
         if not run.completed:  # a completed run stays completed, whatever failed after
             await save_stopped(run, exc)
@@ -487,11 +514,12 @@ async def save_stopped(run: Run, exc: BaseException) -> None:
     """Checkpoint a run that stopped: ``interrupted`` (cancellation, Ctrl-C -- with the
     calls that were announced but never dispatched marked as such) or ``failed`` (with
     the error). Shielded; never masks the original error."""
-    status = "interrupted" if is_interruption(exc) else "failed"
+    stopped = isinstance(exc, StopRequested)  # recorded with its reason
+    status = "interrupted" if stopped or is_interruption(exc) else "failed"
     run.abort_undispatched()
     with trio.CancelScope(shield=True):
         try:
-            await run.save(status, error=None if status == "interrupted" else exc)
+            await run.save(status, error=exc if status == "failed" or stopped else None)
         except Exception as save_error:  # never mask the original error
             logger.warning("could not checkpoint run %s as %s: %r", run.run_id, status, save_error)
 

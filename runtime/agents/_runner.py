@@ -16,11 +16,13 @@ from stores import validate_session_id
 
 from ._agent import Agent
 from ._checkpoints import CheckpointOptions, RunSnapshot, begin_run
+from ._errors import unwrap_group
 from ._events import NO_HOOKS, RunCompleted, RunEvent, RunFailed, RunHooks, RunResult
 from ._history import History
 from ._loop import Run, drive
 from ._models import Usage
 from ._registry import history as runtime_history
+from ._stopping import stop_cursor, watch_stops
 from ._transcript import Entry, UserMessage
 
 __all__ = ["Runner"]
@@ -186,6 +188,12 @@ async def _execute(request: RunRequest) -> RunResult:
     agent, checkpoint, session_id = request.agent, request.checkpoint, request.session_id
     given = request.input
     new_entries: list[Entry] = [UserMessage(given)] if isinstance(given, str) else list(given)
+    home = None if checkpoint is None else checkpoint.checkpointer.home(checkpoint.run_id)
+    # Stop requests written from here on are for this run: read where they start before
+    # the claim, so that none written once the claim is held can be missed.
+    since: int | None = None
+    if home is not None and checkpoint is not None:
+        since = await stop_cursor(home.runtime, checkpoint.run_id)
     async with AsyncExitStack() as stack:
         snapshot: RunSnapshot | None = None
         if checkpoint is not None:
@@ -213,9 +221,27 @@ async def _execute(request: RunRequest) -> RunResult:
                 history=history,
                 stream=request.stream,
             )
-            result = await drive(run, snapshot, new_entries)
+            if home is None or since is None:
+                result = await drive(run, snapshot, new_entries)
+            else:
+                result = await _drive_watched(run, snapshot, new_entries, home.runtime, since)
     if checkpoint is not None and checkpoint.delete_on_success and result.status == "completed":
         await checkpoint.checkpointer.delete(checkpoint.run_id)  # after the claim ended
+    return result
+
+
+async def _drive_watched(
+    run: Run, snapshot: RunSnapshot | None, new_entries: list[Entry], runtime: Runtime, since: int
+) -> RunResult:
+    """:func:`drive`, following the run's stop requests meanwhile."""
+    try:
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(watch_stops, runtime, run.run_id, since, run.request_stop)
+            result = await drive(run, snapshot, new_entries)
+            nursery.cancel_scope.cancel()
+    except BaseExceptionGroup as group:
+        error = unwrap_group(group)
+        raise error from error.__cause__
     return result
 
 
