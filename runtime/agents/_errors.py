@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import trio
+
 from stores import InvalidArgumentError, TidelogError
 
 __all__ = [
@@ -19,6 +21,8 @@ __all__ = [
     "RunExistsError",
     "RunNotFoundError",
     "error_leaves",
+    "first_cause",
+    "is_interruption",
     "unwrap_group",
 ]
 
@@ -38,6 +42,25 @@ def unwrap_group(exc: BaseException) -> BaseException:
     and the command line report the plain error with this."""
     leaves = error_leaves(exc)
     return leaves[0] if len(leaves) == 1 else exc
+
+
+def first_cause(group: BaseExceptionGroup[BaseException]) -> BaseException:
+    """What stopped a run's concurrent tools, as the plain error the run's callers
+    expect: the group's only error, a cancellation if any (so the run is
+    "interrupted"), or else the group itself (several independent failures: none is
+    hidden)."""
+    leaves = error_leaves(group)
+    if len(leaves) == 1:
+        return leaves[0]
+    cancelled = [e for e in leaves if isinstance(e, trio.Cancelled)]
+    return cancelled[0] if cancelled else group
+
+
+def is_interruption(exc: BaseException) -> bool:
+    """Cancellation, Ctrl-C or exit (possibly grouped): the run is interrupted."""
+    if isinstance(exc, BaseExceptionGroup):
+        return all(is_interruption(e) for e in exc.exceptions)
+    return isinstance(exc, trio.Cancelled | KeyboardInterrupt | SystemExit)
 
 
 class ForkPointError(InvalidArgumentError):

@@ -34,7 +34,7 @@ from ._agent import Agent
 from ._approvals import approval_step
 from ._checkpoints import CheckpointOptions, RunHead, RunSnapshot
 from ._completion import finish_run
-from ._errors import AgentNotFoundError, MaxTurnsExceededError, error_leaves
+from ._errors import AgentNotFoundError, MaxTurnsExceededError, first_cause, is_interruption
 from ._events import (
     AwaitingApproval,
     Handoff,
@@ -522,21 +522,3 @@ async def save_stopped(run: Run, exc: BaseException) -> None:
             await run.save(status, error=exc if status == "failed" or stopped else None)
         except Exception as save_error:  # never mask the original error
             logger.warning("could not checkpoint run %s as %s: %r", run.run_id, status, save_error)
-
-
-def first_cause(group: BaseExceptionGroup[BaseException]) -> BaseException:
-    """What stopped the concurrent tools, as the plain error the run's callers expect:
-    the group's only error, a cancellation if any (so the run is "interrupted"), or else
-    the group itself (several independent failures: none is hidden)."""
-    leaves = error_leaves(group)
-    if len(leaves) == 1:
-        return leaves[0]
-    cancelled = [e for e in leaves if isinstance(e, trio.Cancelled)]
-    return cancelled[0] if cancelled else group
-
-
-def is_interruption(exc: BaseException) -> bool:
-    """Cancellation, Ctrl-C or exit (possibly grouped): the run is interrupted."""
-    if isinstance(exc, BaseExceptionGroup):
-        return all(is_interruption(e) for e in exc.exceptions)
-    return isinstance(exc, trio.Cancelled | KeyboardInterrupt | SystemExit)
