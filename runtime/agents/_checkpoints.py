@@ -271,7 +271,10 @@ class CheckpointOptions:
     ``resume_from`` resumes from a snapshot you hold instead of the stored one; its run_id
     must equal ``run_id``. ``wait_for_owner``: when another runner holds the run (a live
     run in another task, process or host), wait for it to let go instead of raising
-    :class:`~stores.SessionOwnedError`.
+    :class:`~stores.SessionOwnedError`. ``wait_for_decisions``: when the run stops
+    awaiting approval, let go of it, follow its checkpoint (the runtime's tail) until
+    every pending call is decided -- by any process -- and continue it, instead of
+    returning; cancel the call to stop waiting (the run stays awaiting approval).
 
     Raises :class:`~stores.InvalidArgumentError` for any invalid field.
     """
@@ -282,6 +285,7 @@ class CheckpointOptions:
     delete_on_success: bool = attrs.field(default=False, kw_only=True)
     resume_from: RunSnapshot | None = attrs.field(default=None, kw_only=True)
     wait_for_owner: bool = attrs.field(default=False, kw_only=True)
+    wait_for_decisions: bool = attrs.field(default=False, kw_only=True)
 
     def __attrs_post_init__(self) -> None:
         if not isinstance(self.checkpointer, Checkpointer):
@@ -297,6 +301,13 @@ class CheckpointOptions:
             raise InvalidArgumentError("delete_on_success must be a bool")
         if not isinstance(self.wait_for_owner, bool):
             raise InvalidArgumentError("wait_for_owner must be a bool")
+        if not isinstance(self.wait_for_decisions, bool):
+            raise InvalidArgumentError("wait_for_decisions must be a bool")
+        if self.wait_for_decisions and self.checkpointer.home(self.run_id) is None:
+            raise InvalidArgumentError(
+                "wait_for_decisions needs a checkpointer on a runtime (it follows the run's "
+                "session for the decisions)"
+            )
         if self.resume_from is not None:
             if not isinstance(self.resume_from, RunSnapshot):
                 raise InvalidArgumentError("resume_from must be a RunSnapshot or None")

@@ -15,6 +15,7 @@ from runtime import JSON, InvalidArgumentError, Runtime
 from stores import validate_session_id
 
 from ._agent import Agent
+from ._approvals import APPROVAL_DECISION
 from ._checkpoints import CheckpointOptions, RunSnapshot, begin_run
 from ._errors import unwrap_group
 from ._events import NO_HOOKS, RunCompleted, RunEvent, RunFailed, RunHooks, RunResult
@@ -185,9 +186,32 @@ def _check(request: RunRequest) -> History:
 async def _execute(request: RunRequest) -> RunResult:
     """Run, resume or replay one run (the body of ``Runner.run``)."""
     history = _check(request)
-    agent, checkpoint, session_id = request.agent, request.checkpoint, request.session_id
+    checkpoint = request.checkpoint
     given = request.input
     new_entries: list[Entry] = [UserMessage(given)] if isinstance(given, str) else list(given)
+    while True:
+        result, decided_since = await _attempt(request, checkpoint, history, new_entries)
+        if decided_since is None:
+            break
+        assert checkpoint is not None
+        await _wait_for_decisions(checkpoint, result, decided_since)
+        # Continue the run now that it is decided (its input is in the checkpoint).
+        checkpoint = attrs.evolve(checkpoint, if_run_exists="resume_only", resume_from=None)
+    if checkpoint is not None and checkpoint.delete_on_success and result.status == "completed":
+        await checkpoint.checkpointer.delete(checkpoint.run_id)  # after the claim ended
+    return result
+
+
+async def _attempt(
+    request: RunRequest,
+    checkpoint: CheckpointOptions | None,
+    history: History,
+    new_entries: list[Entry],
+) -> tuple[RunResult, int | None]:
+    """Claim, then run, resume or replay the run once. With ``wait_for_decisions`` and a
+    result awaiting approval, also the head of the run's session while the claim still
+    held it (decisions come after it)."""
+    agent, session_id = request.agent, request.session_id
     home = None if checkpoint is None else checkpoint.checkpointer.home(checkpoint.run_id)
     # Stop requests written from here on are for this run: read where they start before
     # the claim, so that none written once the claim is held can be missed.
@@ -205,29 +229,43 @@ async def _execute(request: RunRequest) -> RunResult:
             snapshot = await begin_run(checkpoint)
         run_id = checkpoint.run_id if checkpoint is not None else uuid.uuid4().hex
         if snapshot is not None and snapshot.head.status == "completed":
-            result = await _replay(agent, snapshot, history, session_id, request.emit)
+            return await _replay(agent, snapshot, history, session_id, request.emit), None
+        run = Run(
+            runtime=request.runtime,
+            entry_agent=agent,
+            agent=agent,
+            run_id=run_id,
+            session_id=session_id,
+            options=checkpoint,
+            max_turns=request.max_turns,
+            hooks=request.hooks or NO_HOOKS,
+            emit=request.emit,
+            context=request.context,
+            history=history,
+            stream=request.stream,
+        )
+        if home is None or since is None:
+            result = await drive(run, snapshot, new_entries)
         else:
-            run = Run(
-                runtime=request.runtime,
-                entry_agent=agent,
-                agent=agent,
-                run_id=run_id,
-                session_id=session_id,
-                options=checkpoint,
-                max_turns=request.max_turns,
-                hooks=request.hooks or NO_HOOKS,
-                emit=request.emit,
-                context=request.context,
-                history=history,
-                stream=request.stream,
-            )
-            if home is None or since is None:
-                result = await drive(run, snapshot, new_entries)
-            else:
-                result = await _drive_watched(run, snapshot, new_entries, home.runtime, since)
-    if checkpoint is not None and checkpoint.delete_on_success and result.status == "completed":
-        await checkpoint.checkpointer.delete(checkpoint.run_id)  # after the claim ended
-    return result
+            result = await _drive_watched(run, snapshot, new_entries, home.runtime, since)
+        waits = checkpoint is not None and checkpoint.wait_for_decisions
+        if home is None or result.status != "awaiting_approval" or not waits:
+            return result, None
+        info = await home.runtime.stat(home.session_id)
+        return result, 0 if info is None else info.head
+
+
+async def _wait_for_decisions(checkpoint: CheckpointOptions, paused: RunResult, since: int) -> None:
+    """Follow the run's checkpoint session (with the runtime's tail) from ``since`` until
+    every pending call of ``paused`` has a decision, written by any process."""
+    home = checkpoint.checkpointer.home(checkpoint.run_id)
+    assert home is not None
+    waiting = {c.call_id for c in paused.pending_approvals}
+    async for event in home.runtime.tail(home.session_id, since_seq=since):
+        if event.kind == APPROVAL_DECISION and isinstance(event.data, dict):
+            waiting.discard(str(event.data.get("call_id")))
+            if not waiting:
+                return
 
 
 async def _drive_watched(

@@ -2,13 +2,15 @@
 decider approving or rejecting one of its calls.
 
 Usage:
-    python approval_worker.py host TARGET WORKDIR RUN [hang]
+    python approval_worker.py host TARGET WORKDIR RUN [hang|wait]
     python approval_worker.py decide TARGET RUN CALL approve|reject BY
 
 ``host`` runs (or resumes) the run and prints one JSON line: its status, the pending
 calls, the output, how many model calls it made. Its ``pay`` tool needs approval and
 appends ``pay <amount>`` to ``WORKDIR/effects.log`` when it runs. With ``hang`` it then
-waits forever with the runtime open (to be killed). ``decide`` prints whether this
+waits forever with the runtime open (to be killed). With ``wait`` the run waits for the
+decision instead of returning (``wait_for_decisions``): it prints ``awaiting`` when it
+starts waiting, then the JSON line once it finished. ``decide`` prints whether this
 process decided, or how the call had been decided already.
 """
 
@@ -24,11 +26,15 @@ from runtime import open_runtime
 from runtime.agents import (
     Agent,
     AlreadyDecidedError,
+    AwaitingApproval,
     CheckpointOptions,
     ModelRequest,
     ModelResponse,
     RequestedCall,
+    RunCompleted,
+    RunFailed,
     Runner,
+    RunResult,
     ToolResult,
     approve,
     checkpoints,
@@ -37,7 +43,7 @@ from runtime.agents import (
 )
 
 
-async def host(target: str, workdir: Path, run_id: str, hang: bool) -> None:
+async def host(target: str, workdir: Path, run_id: str, mode: str) -> None:
     model_calls = 0
 
     def script(request: ModelRequest) -> ModelResponse:
@@ -62,10 +68,19 @@ async def host(target: str, workdir: Path, run_id: str, hang: bool) -> None:
 
     async with open_runtime(target) as rt:
         agent = Agent("clerk", "pay what is asked", model=Model(), tools=(pay,))
-        options = CheckpointOptions(checkpoints(rt), run_id)
-        result = await Runner.run(
+        options = CheckpointOptions(checkpoints(rt), run_id, wait_for_decisions=mode == "wait")
+        results: list[RunResult] = []
+        async with Runner.run_streamed(
             agent, "pay the bill", runtime=rt, session_id=f"s-{run_id}", checkpoint=options
-        )
+        ) as events:
+            async for event in events:
+                if isinstance(event, AwaitingApproval) and mode == "wait":
+                    print("awaiting", flush=True)
+                elif isinstance(event, AwaitingApproval | RunCompleted):
+                    results.append(event.result)
+                elif isinstance(event, RunFailed):
+                    raise event.error
+        result = results[-1]
         summary = {
             "status": result.status,
             "pending": [c.call_id for c in result.pending_approvals],
@@ -73,7 +88,7 @@ async def host(target: str, workdir: Path, run_id: str, hang: bool) -> None:
             "model_calls": model_calls,
         }
         print(json.dumps(summary), flush=True)
-        if hang:
+        if mode == "hang":
             await trio.sleep_forever()
 
 
@@ -92,8 +107,8 @@ async def decide(target: str, run_id: str, call_id: str, verdict: str, by: str) 
 def main() -> None:
     mode, target = sys.argv[1], sys.argv[2]
     if mode == "host":
-        hang = len(sys.argv) > 5 and sys.argv[5] == "hang"
-        trio.run(host, target, Path(sys.argv[3]), sys.argv[4], hang)
+        mode = sys.argv[5] if len(sys.argv) > 5 else "return"
+        trio.run(host, target, Path(sys.argv[3]), sys.argv[4], mode)
     else:
         run_id, call_id, verdict, by = sys.argv[3:7]
         trio.run(decide, target, run_id, call_id, verdict, by)

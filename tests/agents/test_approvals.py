@@ -20,6 +20,7 @@ from runtime.agents import (
     ModelRequest,
     ModelResponse,
     RequestedCall,
+    RunCompleted,
     Runner,
     RunNotFoundError,
     RunResult,
@@ -289,3 +290,30 @@ async def test_a_decision_whose_commit_fails_follows_the_write_contract(
             e for e in snap.entries if isinstance(e, SidecarEntry) and e.kind == "approval_decision"
         ]
         assert len(decisions) == 1
+
+
+async def test_a_host_that_waits_for_decisions_continues_when_one_lands(rt: Runtime) -> None:
+    """With wait_for_decisions the run does not return when it awaits approval: it lets
+    go of the run, follows its checkpoint, and continues once the call is decided."""
+    office = Office()
+    model = ScriptedModel([calls(("pay", {"amount": 3}, "c1")), ModelResponse("paid")])
+    agent = Agent("clerk", "x", model=model, tools=office.tools)
+    options = CheckpointOptions(checkpoints(rt), "r", wait_for_decisions=True)
+    done: list[RunResult] = []
+    async with Runner.run_streamed(agent, "go", runtime=rt, checkpoint=options) as events:
+        async for event in events:
+            if isinstance(event, AwaitingApproval):  # the host goes on waiting meanwhile
+                await approve(checkpoints(rt), "r", "c1", by="ada")
+            elif isinstance(event, RunCompleted):
+                done.append(event.result)
+    assert done[0].status == "completed"
+    assert done[0].output == "paid"
+    assert office.ran == ["pay 3"]
+
+
+def test_waiting_for_decisions_needs_a_checkpointer_on_a_runtime() -> None:
+    """An in-memory checkpointer has no session to follow: refused at once."""
+    from runtime.agents import MemoryCheckpointer
+
+    with pytest.raises(InvalidArgumentError, match="wait_for_decisions"):
+        CheckpointOptions(MemoryCheckpointer(), "r", wait_for_decisions=True)

@@ -133,3 +133,29 @@ def test_a_host_killed_while_the_run_awaits_approval_loses_nothing(
     done = _worker("host", target, str(tmp_path), "r")
     assert done["output"] == "done: paid 7"
     assert _effects(tmp_path) == ["pay 7"]
+
+
+def test_a_waiting_host_wakes_when_another_process_decides(tmp_path: pathlib.Path) -> None:
+    """A host waiting for the decision (wait_for_decisions) continues the run as soon as
+    another process approves, without being re-issued."""
+    target = str(tmp_path / "approvals.db")
+    host = subprocess.Popen(
+        [sys.executable, str(WORKER), "host", target, str(tmp_path), "r", "wait"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert host.stdout is not None
+        assert host.stdout.readline().strip() == "awaiting"
+        assert _worker("decide", target, "r", "c1", "approve", "ada")["decided"]
+        out, err = host.communicate(timeout=60)
+        assert host.returncode == 0, err
+    finally:
+        if host.poll() is None:
+            host.kill()
+            host.wait()
+    done = json.loads(out.strip().splitlines()[-1])
+    assert done["status"] == "completed"
+    assert done["output"] == "done: paid 7"
+    assert _effects(tmp_path) == ["pay 7"]
