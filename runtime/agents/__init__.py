@@ -92,6 +92,7 @@ from ._retention import (
     prune,
 )
 from ._runner import Runner
+from ._runs import RunOverview, list_runs
 from ._stopping import StopOutcome, request_stop
 from ._tools import (
     ApprovalPolicy,
@@ -172,6 +173,7 @@ __all__ = [
     "RunHooks",
     "RunInfo",
     "RunNotFoundError",
+    "RunOverview",
     "RunResult",
     "RunSnapshot",
     "RunStarted",
@@ -213,6 +215,7 @@ __all__ = [
     "fork_conversation",
     "function_tool",
     "history",
+    "list_runs",
     "pending_tool_calls",
     "prune",
     "reject",

@@ -195,8 +195,11 @@ async def _execute(request: RunRequest) -> RunResult:
             break
         assert checkpoint is not None
         await _wait_for_decisions(checkpoint, result, decided_since)
-        # Continue the run now that it is decided (its input is in the checkpoint).
-        checkpoint = attrs.evolve(checkpoint, if_run_exists="resume_only", resume_from=None)
+        # Continue the run now that it is decided (its input is in the checkpoint); the
+        # decider may still hold the run for a moment after its decision committed.
+        checkpoint = attrs.evolve(
+            checkpoint, if_run_exists="resume_only", resume_from=None, wait_for_owner=True
+        )
     if checkpoint is not None and checkpoint.delete_on_success and result.status == "completed":
         await checkpoint.checkpointer.delete(checkpoint.run_id)  # after the claim ended
     return result

@@ -34,6 +34,7 @@ from runtime.agents import (
     checkpoints,
     function_tool,
     history,
+    list_runs,
     reject,
 )
 
@@ -317,3 +318,21 @@ def test_waiting_for_decisions_needs_a_checkpointer_on_a_runtime() -> None:
 
     with pytest.raises(InvalidArgumentError, match="wait_for_decisions"):
         CheckpointOptions(MemoryCheckpointer(), "r", wait_for_decisions=True)
+
+
+async def test_list_runs_shows_status_and_pending_approvals(rt: Runtime) -> None:
+    """The public run listing: each run's status, session, pending approvals."""
+    office = Office()
+    await _run(rt, office, ScriptedModel([calls(("pay", {"amount": 2}, "c1"))]), "waiting")
+    await _run(rt, office, ScriptedModel([ModelResponse("hi")]), "finished")
+    runs = {r.run_id: r for r in await list_runs(checkpoints(rt))}
+    assert runs["waiting"].status == "awaiting_approval"
+    assert runs["waiting"].session_id == "s-waiting"
+    assert [c.call_id for c in runs["waiting"].pending_approvals] == ["c1"]
+    assert runs["finished"].status == "completed"
+    assert runs["finished"].pending_approvals == ()
+    assert runs["waiting"].to_json()["pending_approvals"] == [
+        {"call_id": "c1", "name": "pay", "arguments": {"amount": 2}}
+    ]
+    only = await list_runs(checkpoints(rt), status="awaiting_approval")
+    assert [r.run_id for r in only] == ["waiting"]
