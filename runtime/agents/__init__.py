@@ -9,18 +9,26 @@ import importlib
 from typing import TYPE_CHECKING
 
 from ._agent import Agent
+from ._approvals import (
+    AlreadyDecidedError,
+    ApprovalNotPendingError,
+    Decision,
+    approve,
+    awaiting_approval,
+    reject,
+)
 from ._checkpoints import (
     Checkpointer,
     CheckpointOptions,
     IfRunExists,
-    MemoryCheckpointer,
     RunHead,
     RunInfo,
     RunSnapshot,
     RunStatus,
-    RuntimeCheckpointer,
     begin_run,
 )
+from ._checkpoints_memory import MemoryCheckpointer
+from ._checkpoints_runtime import RuntimeCheckpointer
 from ._completion import complete_run
 from ._errors import (
     AgentNotFoundError,
@@ -35,8 +43,10 @@ from ._errors import (
     ModelTimeoutError,
     RunExistsError,
     RunNotFoundError,
+    unwrap_group,
 )
 from ._events import (
+    AwaitingApproval,
     Handoff,
     ModelTurn,
     RunCompleted,
@@ -45,11 +55,15 @@ from ._events import (
     RunHooks,
     RunResult,
     RunStarted,
+    RunStopped,
     ToolFinished,
     ToolStarted,
 )
 from ._fork import check_fork_point, fork_conversation
-from ._history import History, MemoryHistory, Segment
+from ._history import History, Segment
+from ._history_memory import MemoryHistory
+from ._history_runtime import RuntimeHistory
+from ._home import SessionHome
 from ._loop import TOOL_OUTCOME_UNKNOWN
 from ._models import (
     UNPARSED_ARGUMENTS,
@@ -78,8 +92,16 @@ from ._retention import (
     prune,
 )
 from ._runner import Runner
-from ._runtime_history import RuntimeHistory
-from ._tools import FunctionTool, RunContext, ToolArgumentsError, function_tool
+from ._runs import RunOverview, list_runs
+from ._stopping import StopOutcome, request_stop
+from ._tools import (
+    ApprovalPolicy,
+    FunctionTool,
+    RunContext,
+    ToolArgumentsError,
+    Verdict,
+    function_tool,
+)
 from ._transcript import (
     AssistantMessage,
     Entry,
@@ -103,12 +125,17 @@ __all__ = [
     "UNPARSED_ARGUMENTS",
     "Agent",
     "AgentNotFoundError",
+    "AlreadyDecidedError",
     "AnthropicModel",
+    "ApprovalNotPendingError",
+    "ApprovalPolicy",
     "AssistantMessage",
+    "AwaitingApproval",
     "CheckpointOptions",
     "CheckpointSession",
     "Checkpointer",
     "ConversationProjection",
+    "Decision",
     "Entry",
     "ForkPointError",
     "FunctionTool",
@@ -146,16 +173,20 @@ __all__ = [
     "RunHooks",
     "RunInfo",
     "RunNotFoundError",
+    "RunOverview",
     "RunResult",
     "RunSnapshot",
     "RunStarted",
     "RunStatus",
+    "RunStopped",
     "Runner",
     "RuntimeCheckpointer",
     "RuntimeHistory",
     "ScriptedModel",
     "Segment",
+    "SessionHome",
     "SidecarEntry",
+    "StopOutcome",
     "StreamRestarted",
     "StreamingModel",
     "TextDelta",
@@ -168,7 +199,10 @@ __all__ = [
     "TurnsProjection",
     "Usage",
     "UserMessage",
+    "Verdict",
     "agent_projections",
+    "approve",
+    "awaiting_approval",
     "begin_run",
     "check_fork_point",
     "checkpoint_sessions",
@@ -181,8 +215,12 @@ __all__ = [
     "fork_conversation",
     "function_tool",
     "history",
+    "list_runs",
     "pending_tool_calls",
     "prune",
+    "reject",
+    "request_stop",
+    "unwrap_group",
 ]
 
 #: The provider adapters, imported on first use: each needs its SDK (an optional extra).

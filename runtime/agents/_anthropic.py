@@ -35,7 +35,7 @@ from ._models import (
     Usage,
 )
 from ._openai import parse_arguments
-from ._provider import ProviderModel, RetryPolicy
+from ._provider import ProviderModel, RetryPolicy, stream_cut
 from ._transcript import AssistantMessage, Entry, ToolCall, ToolResult, UserMessage
 
 __all__ = ["AnthropicModel"]
@@ -211,7 +211,7 @@ class AnthropicModel(ProviderModel):
                     reason = event.delta.stop_reason
                     output_tokens = event.usage.output_tokens
         if reason is None:
-            raise ValueError("the stream ended before the message was complete")
+            raise stream_cut(self.provider, "stop_reason")
         total = anthropic_usage(usage)
         yield ModelResponse(
             "".join(text),

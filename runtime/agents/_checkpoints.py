@@ -1,4 +1,5 @@
-"""Run checkpoints: RunHead, RunSnapshot, the Checkpointer contract and its backends.
+"""Run checkpoints, the contract: RunHead, RunSnapshot, the Checkpointer protocol, the
+``if_run_exists`` policies.
 
 A checkpoint records "how far this run got": the run's own transcript entries (added in
 batches, never rewritten) and a small mutable head (agent, usage, turns, status, the
@@ -9,57 +10,45 @@ A run is *claimed* while it runs (:meth:`Checkpointer.claim`): a second runner -
 task, process or host -- re-issuing a run that is live elsewhere gets
 :class:`~stores.SessionOwnedError` before it does anything.
 
-:class:`RuntimeCheckpointer` keeps each run as a tidelog session in the runtime's reserved
-namespace (``tidelog/run/<run_id>``), so checkpoints ride the same group commit, leases
-and durability barriers as conversations -- the claim *is* the run session's lease, and a
-run's completion can commit together with its history segment.
-:class:`MemoryCheckpointer` is the in-memory twin for tests.
+The backends: :class:`~runtime.agents.RuntimeCheckpointer` (``_checkpoints_runtime``)
+keeps each run as a tidelog session, :class:`~runtime.agents.MemoryCheckpointer`
+(``_checkpoints_memory``) is the in-memory twin for tests.
 """
 
 from __future__ import annotations
 
-import contextlib
 import math
-from collections.abc import AsyncIterator, Sequence
-from contextlib import AbstractAsyncContextManager, AsyncExitStack, asynccontextmanager
+from collections.abc import Sequence
+from contextlib import AbstractAsyncContextManager
 from typing import Any, Literal, Protocol, TypeAlias, runtime_checkable
 
 import attrs
-import trio
 
-from runtime import (
-    INTERNAL_PREFIX,
-    JSON,
-    InvalidArgumentError,
-    NewEvent,
-    Runtime,
-    SessionOwnedError,
-    SessionWriter,
-    TidelogError,
-)
-from stores import prepare_events
-from stores._records import MAX_ID_LENGTH, decode_json, encode_json
+from runtime import INTERNAL_PREFIX, JSON, InvalidArgumentError, NewEvent
+from stores import MAX_ID_LENGTH, decode_json, encode_json
 
 from ._errors import RunExistsError, RunNotFoundError
-from ._transcript import Entry, entry_from_json, entry_from_stored, entry_to_event, entry_to_json
+from ._home import SessionHome
+from ._transcript import Entry, entry_from_json, entry_to_event, entry_to_json
 
 __all__ = [
+    "HEAD_KIND",
     "IF_RUN_EXISTS",
+    "RUN_SESSION_PREFIX",
     "CheckpointOptions",
     "Checkpointer",
     "IfRunExists",
-    "MemoryCheckpointer",
     "RunHead",
     "RunInfo",
     "RunSnapshot",
     "RunStatus",
-    "RuntimeCheckpointer",
     "begin_run",
     "check_run_id",
+    "checkpoint_events",
 ]
 
-RunStatus: TypeAlias = Literal["running", "interrupted", "completed", "failed"]
-_STATUSES = ("running", "interrupted", "completed", "failed")
+RunStatus: TypeAlias = Literal["running", "awaiting_approval", "interrupted", "completed", "failed"]
+_STATUSES = ("running", "awaiting_approval", "interrupted", "completed", "failed")
 IfRunExists: TypeAlias = Literal["resume", "restart", "fail", "resume_only"]
 #: The ``if_run_exists`` policies.
 IF_RUN_EXISTS = ("resume", "restart", "fail", "resume_only")
@@ -68,8 +57,6 @@ IF_RUN_EXISTS = ("resume", "restart", "fail", "resume_only")
 HEAD_KIND = "tidelog.head"
 #: Session-id prefix of the sessions that hold checkpoints (in the reserved namespace).
 RUN_SESSION_PREFIX = INTERNAL_PREFIX + "run/"
-#: How often a claim that waits for the run's owner tries again (seconds).
-CLAIM_POLL = 0.1
 _MAX_RUN_ID = MAX_ID_LENGTH - len(RUN_SESSION_PREFIX)
 
 
@@ -214,7 +201,9 @@ class Checkpointer(Protocol):
     """Where runs keep their checkpoints. All methods are async checkpoints."""
 
     async def append(self, run_id: str, entries: Sequence[Entry], head: RunHead) -> None:
-        """Add ``entries`` (one batch, never rewritten) and replace the head, together."""
+        """Add ``entries`` (one batch, never rewritten) and replace the head, together.
+        Safe to resend after :class:`~stores.CommitPendingError`: the same save sent again
+        is stored once."""
         ...
 
     async def load(self, run_id: str) -> RunSnapshot | None:
@@ -222,7 +211,8 @@ class Checkpointer(Protocol):
         ...
 
     async def delete(self, run_id: str) -> None:
-        """Forget the run. Idempotent."""
+        """Forget the run. Idempotent. Allowed under the caller's own claim (the
+        ``restart`` policy does that): the claim goes on holding the emptied run."""
         ...
 
     async def list(self, *, status: RunStatus | None = None) -> list[RunInfo]:
@@ -237,8 +227,19 @@ class Checkpointer(Protocol):
         Raises :class:`~stores.SessionOwnedError` if it is held elsewhere."""
         ...
 
+    def home(self, run_id: str) -> SessionHome | None:
+        """The runtime session that holds the run's checkpoint, or ``None`` when the
+        checkpointer keeps it elsewhere. The run loop flushes it in the same barrier as the
+        conversation, and a completion whose history lives on the same runtime commits the
+        checkpoint and the segment in one transaction. Not a checkpoint (no I/O)."""
+        ...
 
-def _check_append(run_id: str, entries: Sequence[Entry], head: RunHead) -> list[NewEvent]:
+
+def checkpoint_events(run_id: str, entries: Sequence[Entry], head: RunHead) -> list[NewEvent]:
+    """The events of one save (the entries, then the head), with every argument checked
+    except the encoding of the data, which the append that stores them does once.
+
+    Raises :class:`~stores.InvalidArgumentError` for a bad run id, entry or head."""
     check_run_id(run_id)
     if not isinstance(head, RunHead):
         raise InvalidArgumentError(f"head must be a RunHead, not {type(head).__name__}")
@@ -246,175 +247,7 @@ def _check_append(run_id: str, entries: Sequence[Entry], head: RunHead) -> list[
         raise InvalidArgumentError("entries must be a sequence of transcript entries")
     events = [entry_to_event(e) for e in entries]
     events.append(NewEvent(HEAD_KIND, head.to_json()))
-    prepare_events(events)  # validate everything before anything is stored
     return events
-
-
-class MemoryCheckpointer:
-    """An in-memory :class:`Checkpointer` (gone with the process; claims reach the tasks
-    of this process)."""
-
-    def __init__(self) -> None:
-        self._runs: dict[str, tuple[list[dict[str, JSON]], dict[str, JSON]]] = {}
-        self._claimed: dict[str, trio.Event] = {}
-
-    @asynccontextmanager
-    async def claim(self, run_id: str, *, wait: bool = False) -> AsyncIterator[None]:
-        """See :meth:`Checkpointer.claim`."""
-        check_run_id(run_id)
-        while run_id in self._claimed:
-            if not wait:
-                raise SessionOwnedError(run_id, "another task of this process runs it")
-            await self._claimed[run_id].wait()
-        await trio.lowlevel.checkpoint()
-        released = self._claimed[run_id] = trio.Event()
-        try:
-            yield
-        finally:
-            del self._claimed[run_id]
-            released.set()
-
-    async def append(self, run_id: str, entries: Sequence[Entry], head: RunHead) -> None:
-        """See :meth:`Checkpointer.append`."""
-        _check_append(run_id, entries, head)
-        await trio.lowlevel.checkpoint()
-        stored, _ = self._runs.get(run_id, ([], {}))
-        self._runs[run_id] = (stored + [entry_to_json(e) for e in entries], head.to_json())
-
-    async def load(self, run_id: str) -> RunSnapshot | None:
-        """See :meth:`Checkpointer.load`."""
-        check_run_id(run_id)
-        await trio.lowlevel.checkpoint()
-        if run_id not in self._runs:
-            return None
-        entries, head = self._runs[run_id]
-        return RunSnapshot(
-            run_id, tuple(entry_from_json(e) for e in entries), RunHead.from_json(head)
-        )
-
-    async def delete(self, run_id: str) -> None:
-        """See :meth:`Checkpointer.delete`."""
-        check_run_id(run_id)
-        await trio.lowlevel.checkpoint()
-        self._runs.pop(run_id, None)
-
-    async def list(self, *, status: RunStatus | None = None) -> list[RunInfo]:
-        """See :meth:`Checkpointer.list`."""
-        await trio.lowlevel.checkpoint()
-        infos = [
-            RunInfo(run_id, RunHead.from_json(head)) for run_id, (_, head) in self._runs.items()
-        ]
-        infos = [i for i in infos if status is None or i.head.status == status]
-        infos.sort(key=lambda i: (-i.head.updated_at, i.run_id))
-        return infos
-
-
-class RuntimeCheckpointer:
-    """A :class:`Checkpointer` on a tidelog runtime: run ``R`` is the internal session
-    ``tidelog/run/R`` (get the runtime's one with :func:`runtime.agents.checkpoints`).
-
-    Each append is one atomic append (entries, then the head event) through the session's
-    writer; it returns once committed. ``Runtime.flush()`` makes checkpoints durable like
-    everything else. A claim is an exclusive writer of the run session: its lease keeps
-    every other runtime (any process, any host on the same database) out.
-    """
-
-    def __init__(self, runtime: Runtime) -> None:
-        self.runtime = runtime
-        self._claims: dict[str, SessionWriter] = {}
-
-    @staticmethod
-    def session_id(run_id: str) -> str:
-        """The tidelog session that holds ``run_id``'s checkpoint."""
-        return RUN_SESSION_PREFIX + check_run_id(run_id)
-
-    @staticmethod
-    def _header(run_id: str) -> dict[str, JSON]:
-        return {"tidelog": "checkpoint", "run_id": run_id}
-
-    def claimed_writer(self, run_id: str) -> SessionWriter | None:
-        """The writer of a run claimed by this checkpointer, if it is claimed here."""
-        return self._claims.get(run_id)
-
-    @asynccontextmanager
-    async def claim(self, run_id: str, *, wait: bool = False) -> AsyncIterator[None]:
-        """See :meth:`Checkpointer.claim`. Held by the run session's lease; while claimed,
-        :meth:`append` writes through it. A claim that wrote nothing leaves no session
-        behind."""
-        sid = self.session_id(run_id)
-        writer: SessionWriter | None = None
-        try:
-            async with AsyncExitStack() as stack:
-                while True:
-                    try:
-                        writer = await stack.enter_async_context(
-                            self.runtime.open_session(
-                                sid, header=self._header(run_id), internal=True
-                            )
-                        )
-                        break
-                    except SessionOwnedError:
-                        if not wait:
-                            raise
-                        await trio.sleep(CLAIM_POLL)
-                self._claims[run_id] = writer
-                try:
-                    yield
-                finally:
-                    del self._claims[run_id]
-        finally:
-            if writer is not None and writer.committed_head == 0:
-                # Nothing was saved: leave no empty run behind.
-                # (It stays if it was claimed again meanwhile, or the store is failing.)
-                with trio.CancelScope(shield=True), contextlib.suppress(TidelogError):
-                    await self.runtime.delete(sid)
-
-    async def append(self, run_id: str, entries: Sequence[Entry], head: RunHead) -> None:
-        """See :meth:`Checkpointer.append`. Raises as ``SessionWriter.append`` (a
-        :class:`~stores.CommitPendingError` means the entries *were* accepted)."""
-        events = _check_append(run_id, entries, head)
-        claimed = self._claims.get(run_id)
-        if claimed is not None:
-            await claimed.append(events)
-            return
-        async with self.runtime.open_session(
-            self.session_id(run_id), header=self._header(run_id), shared=True, internal=True
-        ) as writer:
-            await writer.append(events)
-
-    async def load(self, run_id: str) -> RunSnapshot | None:
-        """See :meth:`Checkpointer.load`."""
-        entries: list[Entry] = []
-        head: RunHead | None = None
-        async for event in self.runtime.iter_events(self.session_id(run_id)):
-            if event.kind == HEAD_KIND:
-                head = RunHead.from_json(event.data)
-            else:
-                entries.append(entry_from_stored(event))
-        if head is None:
-            return None
-        return RunSnapshot(run_id, tuple(entries), head)
-
-    async def delete(self, run_id: str) -> None:
-        """See :meth:`Checkpointer.delete`. Raises :class:`~stores.SessionOwnedError`
-        while the run is claimed (here or elsewhere)."""
-        await self.runtime.delete(self.session_id(run_id))
-
-    async def list(self, *, status: RunStatus | None = None) -> list[RunInfo]:
-        """See :meth:`Checkpointer.list`."""
-        infos: list[RunInfo] = []
-        for info in await self.runtime.list_sessions(include_internal=True):
-            if not info.id.startswith(RUN_SESSION_PREFIX) or info.head == 0:
-                continue
-            run_id = info.id[len(RUN_SESSION_PREFIX) :]
-            last = await self.runtime.read(info.id, limit=1, from_end=True)
-            if not last or last[-1].kind != HEAD_KIND:
-                continue
-            head = RunHead.from_json(last[-1].data)
-            if status is None or head.status == status:
-                infos.append(RunInfo(run_id, head))
-        infos.sort(key=lambda i: (-i.head.updated_at, i.run_id))
-        return infos
 
 
 @attrs.frozen
@@ -438,7 +271,10 @@ class CheckpointOptions:
     ``resume_from`` resumes from a snapshot you hold instead of the stored one; its run_id
     must equal ``run_id``. ``wait_for_owner``: when another runner holds the run (a live
     run in another task, process or host), wait for it to let go instead of raising
-    :class:`~stores.SessionOwnedError`.
+    :class:`~stores.SessionOwnedError`. ``wait_for_decisions``: when the run stops
+    awaiting approval, let go of it, follow its checkpoint (the runtime's tail) until
+    every pending call is decided -- by any process -- and continue it, instead of
+    returning; cancel the call to stop waiting (the run stays awaiting approval).
 
     Raises :class:`~stores.InvalidArgumentError` for any invalid field.
     """
@@ -449,6 +285,7 @@ class CheckpointOptions:
     delete_on_success: bool = attrs.field(default=False, kw_only=True)
     resume_from: RunSnapshot | None = attrs.field(default=None, kw_only=True)
     wait_for_owner: bool = attrs.field(default=False, kw_only=True)
+    wait_for_decisions: bool = attrs.field(default=False, kw_only=True)
 
     def __attrs_post_init__(self) -> None:
         if not isinstance(self.checkpointer, Checkpointer):
@@ -464,6 +301,13 @@ class CheckpointOptions:
             raise InvalidArgumentError("delete_on_success must be a bool")
         if not isinstance(self.wait_for_owner, bool):
             raise InvalidArgumentError("wait_for_owner must be a bool")
+        if not isinstance(self.wait_for_decisions, bool):
+            raise InvalidArgumentError("wait_for_decisions must be a bool")
+        if self.wait_for_decisions and self.checkpointer.home(self.run_id) is None:
+            raise InvalidArgumentError(
+                "wait_for_decisions needs a checkpointer on a runtime (it follows the run's "
+                "session for the decisions)"
+            )
         if self.resume_from is not None:
             if not isinstance(self.resume_from, RunSnapshot):
                 raise InvalidArgumentError("resume_from must be a RunSnapshot or None")

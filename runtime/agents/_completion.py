@@ -12,14 +12,13 @@ missing from the other.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from contextlib import AsyncExitStack
 
 from runtime import JSON, InvalidArgumentError
+from stores import prepare_events
 
-from ._checkpoints import Checkpointer, RunHead, RuntimeCheckpointer, check_run_id
-from ._checkpoints import _check_append as checkpoint_events
-from ._history import History
-from ._runtime_history import RuntimeHistory, optimistic
+from ._checkpoints import Checkpointer, RunHead, check_run_id, checkpoint_events
+from ._history import History, check_entries, check_meta, segment_events
+from ._home import SessionHome, optimistic
 from ._transcript import Entry
 
 __all__ = ["complete_run", "finish_run"]
@@ -42,7 +41,9 @@ async def complete_run(
 
     Same runtime: one transaction. Otherwise: checkpoint first, then the idempotent history
     append. Calling it again for a run already in the history only saves the checkpoint
-    (that is how a replay repairs the crash window of the second form).
+    (that is how a replay repairs the crash window of the second form), unless it already
+    has this very head: so a call resent after :class:`~stores.CommitPendingError` stores
+    nothing twice.
 
     Cancellation: the atomic form is all or nothing; the fallback may stop between its two
     steps, which a replay repairs.
@@ -81,13 +82,23 @@ async def finish_run(
     check_run_id(run_id)
     if not isinstance(head, RunHead) or head.status != "completed":
         raise InvalidArgumentError("complete_run needs a RunHead with status 'completed'")
+    run_home = checkpointer.home(run_id)
+    conversation_home = history.home(session_id)
     if (
-        isinstance(checkpointer, RuntimeCheckpointer)
-        and isinstance(history, RuntimeHistory)
-        and checkpointer.runtime is history.runtime
+        run_home is not None
+        and conversation_home is not None
+        and run_home.runtime is conversation_home.runtime
     ):
         await _complete_atomically(
-            checkpointer, history, session_id, run_id, new_entries, head, run_entries, meta
+            checkpointer,
+            history,
+            run_home,
+            conversation_home,
+            run_id=run_id,
+            new_entries=new_entries,
+            head=head,
+            run_entries=run_entries,
+            meta=meta,
         )
         on_saved()
         return
@@ -97,38 +108,35 @@ async def finish_run(
 
 
 async def _complete_atomically(
-    checkpointer: RuntimeCheckpointer,
-    history: RuntimeHistory,
-    session_id: str,
+    checkpointer: Checkpointer,
+    history: History,
+    run_home: SessionHome,
+    conversation_home: SessionHome,
+    *,
     run_id: str,
     new_entries: Sequence[Entry],
     head: RunHead,
     run_entries: Sequence[Entry],
     meta: dict[str, JSON] | None,
 ) -> None:
-    runtime = history.runtime
     cp_events = checkpoint_events(run_id, new_entries, head)
-    segment = history.segment_events(run_entries, run_id, meta)
-    async with AsyncExitStack() as stack:
-        run = checkpointer.claimed_writer(run_id)
-        if run is None:
-            run = await stack.enter_async_context(
-                runtime.open_session(
-                    checkpointer.session_id(run_id),
-                    header={"tidelog": "checkpoint", "run_id": run_id},
-                    shared=True,
-                    internal=True,
-                )
-            )
-        conversation = await stack.enter_async_context(
-            runtime.open_session(session_id, shared=True)
-        )
+    segment = segment_events(check_entries(run_entries), run_id, check_meta(meta))
+    # The opens below may create the sessions: refuse bad data (a segment past the batch
+    # limit...) before them. The append encodes again: the runtime takes no prepared events.
+    prepare_events(cp_events)
+    prepare_events(segment)
+    session_id = conversation_home.session_id
+    async with run_home.open_writer() as run, conversation_home.open_writer() as conversation:
 
         async def attempt(conversation_head: int) -> None:
             if await history.has_run(session_id, run_id):
-                await checkpointer.append(run_id, new_entries, head)
+                # A replay repairing the checkpoint -- or this same completion resent
+                # after CommitPendingError, whose group landed: then nothing is missing.
+                stored = await checkpointer.load(run_id)
+                if stored is None or stored.head != head:
+                    await checkpointer.append(run_id, new_entries, head)
                 return
-            await runtime.append_atomic(
+            await run_home.runtime.append_atomic(
                 {run: cp_events, conversation: segment},
                 expected_heads={conversation: conversation_head},
             )

@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import trio
+
 from stores import InvalidArgumentError, TidelogError
 
 __all__ = [
@@ -18,7 +20,47 @@ __all__ = [
     "ModelTimeoutError",
     "RunExistsError",
     "RunNotFoundError",
+    "error_leaves",
+    "first_cause",
+    "is_interruption",
+    "unwrap_group",
 ]
+
+
+def error_leaves(exc: BaseException) -> list[BaseException]:
+    """The exceptions inside ``exc`` (nested exception groups flattened, in order);
+    ``[exc]`` for a plain exception."""
+    if not isinstance(exc, BaseExceptionGroup):
+        return [exc]
+    return [leaf for member in exc.exceptions for leaf in error_leaves(member)]
+
+
+def unwrap_group(exc: BaseException) -> BaseException:
+    """The one exception that ``exc`` holds when it is a (nested) exception group of one,
+    else ``exc`` itself: a group of several errors stays a group, since hiding any of
+    them would lose information. Nurseries group what their tasks raise; the agent layer
+    and the command line report the plain error with this."""
+    leaves = error_leaves(exc)
+    return leaves[0] if len(leaves) == 1 else exc
+
+
+def first_cause(group: BaseExceptionGroup[BaseException]) -> BaseException:
+    """What stopped a run's concurrent tools, as the plain error the run's callers
+    expect: the group's only error, a cancellation if any (so the run is
+    "interrupted"), or else the group itself (several independent failures: none is
+    hidden)."""
+    leaves = error_leaves(group)
+    if len(leaves) == 1:
+        return leaves[0]
+    cancelled = [e for e in leaves if isinstance(e, trio.Cancelled)]
+    return cancelled[0] if cancelled else group
+
+
+def is_interruption(exc: BaseException) -> bool:
+    """Cancellation, Ctrl-C or exit (possibly grouped): the run is interrupted."""
+    if isinstance(exc, BaseExceptionGroup):
+        return all(is_interruption(e) for e in exc.exceptions)
+    return isinstance(exc, trio.Cancelled | KeyboardInterrupt | SystemExit)
 
 
 class ForkPointError(InvalidArgumentError):

@@ -13,6 +13,7 @@ from ._tools import RunContext
 from ._transcript import Entry, ToolCall, ToolResult
 
 __all__ = [
+    "AwaitingApproval",
     "Handoff",
     "ModelTurn",
     "RunCompleted",
@@ -21,6 +22,7 @@ __all__ = [
     "RunHooks",
     "RunResult",
     "RunStarted",
+    "RunStopped",
     "ToolFinished",
     "ToolStarted",
 ]
@@ -41,6 +43,14 @@ class RunResult:
     agent: str
     finish_reason: str | None
     final_output: Any = None
+    #: ``"completed"``; ``"awaiting_approval"``: the run stopped before the calls in
+    #: :attr:`pending_approvals` (``output`` is then ``None``), decide them with
+    #: ``approve`` / ``reject`` and re-issue the run to continue it; ``"interrupted"``:
+    #: stopped on request (:attr:`stop_reason`), re-issue it to resume.
+    status: Literal["completed", "awaiting_approval", "interrupted"] = "completed"
+    pending_approvals: tuple[ToolCall, ...] = ()
+    #: Why the run was stopped (``status == "interrupted"``, see ``request_stop``).
+    stop_reason: str | None = None
 
 
 @attrs.frozen
@@ -84,6 +94,22 @@ class RunCompleted:
 
 
 @attrs.frozen
+class RunStopped:
+    """The run stopped on request (its last event; its checkpoint says
+    ``interrupted``, with the reason)."""
+
+    result: RunResult
+
+
+@attrs.frozen
+class AwaitingApproval:
+    """The run stopped to wait for decisions on ``result.pending_approvals`` (its last
+    event; its checkpoint says ``awaiting_approval``)."""
+
+    result: RunResult
+
+
+@attrs.frozen
 class RunFailed:
     error: BaseException
     status: str
@@ -102,6 +128,8 @@ RunEvent: TypeAlias = (
     | ToolFinished
     | Handoff
     | RunCompleted
+    | AwaitingApproval
+    | RunStopped
     | RunFailed
 )
 

@@ -17,38 +17,32 @@ Snapshots covering what they change expire instead of mixing versions.
 from __future__ import annotations
 
 import re
-import uuid
-from collections import defaultdict
 from collections.abc import Sequence
 from typing import Protocol, runtime_checkable
 
 import attrs
-import trio
 
-from runtime import (
-    JSON,
-    InvalidArgumentError,
-    NewEvent,
-)
-from stores import prepare_events, validate_session_id
-from stores._records import decode_json, encode_json
+from runtime import JSON, InvalidArgumentError, NewEvent
+from stores import decode_json, encode_json
 
-from ._checkpoints import Checkpointer, check_run_id
-from ._transcript import (
-    Entry,
-    ToolResult,
-    drop_dangling_tool_calls,
-    entry_from_event,
-    entry_to_event,
-    entry_to_json,
-)
+from ._checkpoints import Checkpointer
+from ._home import SessionHome
+from ._transcript import Entry, ToolResult, drop_dangling_tool_calls, entry_to_event, entry_to_json
 
 __all__ = [
+    "ARCHIVED_KIND",
     "SEGMENT_KIND",
     "History",
-    "MemoryHistory",
     "Segment",
+    "check_count",
+    "check_entries",
+    "check_meta",
+    "entries_json",
+    "forget_runs",
+    "plan_rewind",
+    "segment_events",
     "trim_marker",
+    "trimmed_result",
 ]
 
 #: Event kind of the marker that closes a segment (reserved ``tidelog.`` prefix).
@@ -96,6 +90,15 @@ class History(Protocol):
         """Remove every segment."""
         ...
 
+    async def has_run(self, session_id: str, run_id: str) -> bool:
+        """True if a segment of ``run_id`` is stored in the session."""
+        ...
+
+    def home(self, session_id: str) -> SessionHome | None:
+        """The runtime session that holds the conversation, or ``None`` when the history
+        keeps it elsewhere (see :meth:`Checkpointer.home`). Not a checkpoint (no I/O)."""
+        ...
+
 
 def trim_marker(call_id: str, cut: int, total: int) -> str:
     """The honest marker appended to a trimmed tool output."""
@@ -105,7 +108,7 @@ def trim_marker(call_id: str, cut: int, total: int) -> str:
     )
 
 
-def _check_entries(entries: object) -> list[Entry]:
+def check_entries(entries: object) -> list[Entry]:
     if isinstance(entries, str | bytes) or not isinstance(entries, Sequence):
         raise InvalidArgumentError("entries must be a sequence of transcript entries")
     events = [entry_to_event(e) for e in entries]  # validates each entry
@@ -115,7 +118,7 @@ def _check_entries(entries: object) -> list[Entry]:
     return list(entries)
 
 
-def _check_meta(meta: object) -> dict[str, JSON] | None:
+def check_meta(meta: object) -> dict[str, JSON] | None:
     if meta is None:
         return None
     if not isinstance(meta, dict):
@@ -125,13 +128,13 @@ def _check_meta(meta: object) -> dict[str, JSON] | None:
     return copy
 
 
-def _check_count(value: object, name: str) -> int:
+def check_count(value: object, name: str) -> int:
     if type(value) is not int or value < 0:
         raise InvalidArgumentError(f"{name} must be an int >= 0, not {value!r}")
     return value
 
 
-def _segment_events(
+def segment_events(
     entries: Sequence[Entry], run_id: str, meta: dict[str, JSON] | None
 ) -> list[NewEvent]:
     events = [entry_to_event(e, run_id=run_id) for e in entries]
@@ -139,7 +142,7 @@ def _segment_events(
     return events
 
 
-def _trimmed(result: ToolResult, keep_chars: int) -> ToolResult | None:
+def trimmed_result(result: ToolResult, keep_chars: int) -> ToolResult | None:
     """The trimmed version of ``result``, or None if it must be left alone."""
     output = result.output
     if _MARKER.search(output):
@@ -153,7 +156,7 @@ def _trimmed(result: ToolResult, keep_chars: int) -> ToolResult | None:
     return ToolResult(result.call_id, output[:keep_chars] + marker, result.is_error)
 
 
-def _plan_rewind(
+def plan_rewind(
     segments: Sequence[Segment], keep_entries: int
 ) -> tuple[int, int, list[Entry], list[str]] | None:
     """Where a rewind cuts: ``(segment index k, removed count, entries kept of segment k,
@@ -171,127 +174,7 @@ def _plan_rewind(
     raise AssertionError("unreachable")  # pragma: no cover
 
 
-# -- in memory ----------------------------------------------------------------------------
-
-
-class MemoryHistory:
-    """An in-memory :class:`History` for tests and throwaway chats (dies with the process).
-
-    ``checkpointer``: rewinding a run of this conversation deletes its checkpoint there.
-    Trimmed outputs are archived in memory, so :meth:`recall_tool_result` returns them.
-    """
-
-    def __init__(self, *, checkpointer: Checkpointer | None = None) -> None:
-        self.checkpointer = checkpointer
-        self._sessions: dict[str, list[dict[str, JSON]]] = defaultdict(list)
-        self._archive: dict[tuple[str, str], str] = {}
-
-    @staticmethod
-    def _segment(raw: dict[str, JSON]) -> Segment:
-        stored = raw["events"]
-        assert isinstance(stored, list)
-        entries: list[Entry] = []
-        for event in stored:
-            assert isinstance(event, dict) and isinstance(event["kind"], str)
-            entries.append(entry_from_event(event["kind"], event["data"]))
-        meta = raw["meta"]
-        return Segment(str(raw["run_id"]), tuple(entries), _check_meta(meta))
-
-    @staticmethod
-    def _raw(segment: Segment) -> dict[str, JSON]:
-        events: list[JSON] = []
-        for entry in segment.entries:
-            event = entry_to_event(entry)
-            events.append({"kind": event.kind, "data": event.data})
-        return {"run_id": segment.run_id, "events": events, "meta": segment.meta}
-
-    async def segments(self, session_id: str) -> list[Segment]:
-        """See :meth:`History.segments`."""
-        validate_session_id(session_id)
-        await trio.lowlevel.checkpoint()
-        return [self._segment(r) for r in self._sessions.get(session_id, [])]
-
-    async def load(self, session_id: str) -> list[Entry]:
-        """See :meth:`History.load`."""
-        return [e for s in await self.segments(session_id) for e in s.entries]
-
-    async def append(
-        self,
-        session_id: str,
-        entries: Sequence[Entry],
-        *,
-        run_id: str | None = None,
-        meta: dict[str, JSON] | None = None,
-    ) -> str:
-        """See :meth:`History.append`."""
-        validate_session_id(session_id)
-        checked = _check_entries(entries)
-        run_id = uuid.uuid4().hex if run_id is None else check_run_id(run_id)
-        meta = _check_meta(meta)
-        prepare_events(_segment_events(checked, run_id, meta))
-        await trio.lowlevel.checkpoint()
-        stored = self._sessions[session_id]
-        if all(r["run_id"] != run_id for r in stored):
-            stored.append(self._raw(Segment(run_id, tuple(checked), meta)))
-        return run_id
-
-    async def clear(self, session_id: str) -> None:
-        """See :meth:`RuntimeHistory.clear`."""
-        await self.rewind(session_id, 0)
-
-    async def trim_tool_results(
-        self, session_id: str, keep_chars: int = 400, keep_runs: int = 1
-    ) -> int:
-        """See :meth:`RuntimeHistory.trim_tool_results`."""
-        validate_session_id(session_id)
-        _check_count(keep_chars, "keep_chars")
-        _check_count(keep_runs, "keep_runs")
-        segments = await self.segments(session_id)
-        old = len(segments) - keep_runs
-        trimmed = 0
-        new: list[Segment] = []
-        for index, segment in enumerate(segments):
-            entries = list(segment.entries)
-            if index < old:
-                for i, entry in enumerate(entries):
-                    if isinstance(entry, ToolResult):
-                        short = _trimmed(entry, keep_chars)
-                        if short is not None:
-                            self._archive[(session_id, entry.call_id)] = entry.output
-                            entries[i] = short
-                            trimmed += 1
-            new.append(Segment(segment.run_id, tuple(entries), segment.meta))
-        if trimmed:
-            self._sessions[session_id] = [self._raw(s) for s in new]
-        return trimmed
-
-    async def rewind(self, session_id: str, keep_entries: int) -> int:
-        """See :meth:`RuntimeHistory.rewind`."""
-        validate_session_id(session_id)
-        _check_count(keep_entries, "keep_entries")
-        segments = await self.segments(session_id)
-        plan = _plan_rewind(segments, keep_entries)
-        if plan is None:
-            return 0
-        k, removed, kept, rewound = plan
-        new = list(segments[:k])
-        if kept:
-            new.append(Segment(segments[k].run_id, tuple(kept), None))
-        self._sessions[session_id] = [self._raw(s) for s in new]
-        await _forget_runs(self.checkpointer, session_id, rewound)
-        return removed
-
-    async def recall_tool_result(self, session_id: str, call_id: str) -> str | None:
-        """The full output of a trimmed tool result, if archived."""
-        validate_session_id(session_id)
-        await trio.lowlevel.checkpoint()
-        return self._archive.get((session_id, call_id))
-
-
-# -- on a runtime -------------------------------------------------------------------------
-
-
-async def _forget_runs(
+async def forget_runs(
     checkpointer: Checkpointer | None, session_id: str, run_ids: Sequence[str]
 ) -> None:
     """Delete the checkpoints of the rewound runs that belong to ``session_id``."""

@@ -31,10 +31,12 @@ import trio
 from runtime import JSON, CommitPendingError, InvalidArgumentError, Runtime
 
 from ._agent import Agent
-from ._checkpoints import CheckpointOptions, RunHead, RunSnapshot, RuntimeCheckpointer
+from ._approvals import approval_step
+from ._checkpoints import CheckpointOptions, RunHead, RunSnapshot
 from ._completion import finish_run
-from ._errors import AgentNotFoundError, MaxTurnsExceededError
+from ._errors import AgentNotFoundError, MaxTurnsExceededError, first_cause, is_interruption
 from ._events import (
+    AwaitingApproval,
     Handoff,
     ModelTurn,
     RunCompleted,
@@ -42,11 +44,13 @@ from ._events import (
     RunHooks,
     RunResult,
     RunStarted,
+    RunStopped,
     ToolFinished,
     ToolStarted,
 )
 from ._history import History
 from ._models import Model, ModelRequest, ModelResponse, StreamingModel, Usage
+from ._stopping import StopRequested
 from ._tools import FunctionTool, RunContext, ToolArgumentsError
 from ._transcript import (
     AssistantMessage,
@@ -78,8 +82,10 @@ def unknown_outcome_text(call: ToolCall) -> str:
     )
 
 
-@attrs.define
+@attrs.define(kw_only=True)
 class Run:
+    """One run in progress: what it was started with, and how far it got."""
+
     runtime: Runtime
     entry_agent: Agent
     agent: Agent
@@ -105,6 +111,18 @@ class Run:
     dispatched: set[str] = attrs.Factory(set)
     #: Ask streaming models for deltas (``Runner.run_streamed``).
     stream: bool = False
+    #: Why the run was asked to stop (``request_stop``), once it was; the model request
+    #: in flight then, if any, is cancelled through ``model_scope``.
+    stop_reason: str | None = None
+    model_scope: trio.CancelScope | None = None
+
+    def request_stop(self, reason: str) -> None:
+        """Stop at the next safe point: now if a model request is in flight (nothing of
+        its turn is saved yet), else after the running tool bodies, before the next
+        model request."""
+        self.stop_reason = reason
+        if self.model_scope is not None:
+            self.model_scope.cancel()
 
     @property
     def ctx(self) -> RunContext:
@@ -154,15 +172,21 @@ class Run:
     async def barrier(self) -> None:
         """Make everything recorded so far durable (before model requests, tool bodies):
         this run's checkpoint and its conversation, whatever other sessions are doing."""
-        sessions = [] if self.session_id is None else [self.session_id]
-        checkpointer = None if self.options is None else self.options.checkpointer
-        if isinstance(checkpointer, RuntimeCheckpointer):
-            own = checkpointer.session_id(self.run_id)
-            if checkpointer.runtime is self.runtime:
-                sessions.append(own)
-            else:
-                await checkpointer.runtime.flush_sessions([own])
-        await self.runtime.flush_sessions(sessions)
+        homes = []
+        if self.options is not None:
+            homes.append(self.options.checkpointer.home(self.run_id))
+        if self.session_id is not None:
+            homes.append(self.history.home(self.session_id))
+        by_runtime: dict[int, tuple[Runtime, list[str]]] = {}
+        for home in homes:
+            if home is not None:
+                by_runtime.setdefault(id(home.runtime), (home.runtime, []))[1].append(
+                    home.session_id
+                )
+        for runtime, sessions in by_runtime.values():  # one fsync barrier per runtime
+            await runtime.flush_sessions(sessions)
+        if not by_runtime:
+            await trio.lowlevel.checkpoint()
 
     # -- tools -------------------------------------------------------------------------
 
@@ -198,9 +222,11 @@ class Run:
         await self.emit(ToolFinished(result, how))
         await self.hooks.on_tool_result(self.ctx, result)
 
-    async def settle(self, calls: Sequence[ToolCall], *, resuming: bool) -> None:
-        """Give every call a result: handoffs first, then tools, concurrently."""
-        to_run: list[tuple[ToolCall, FunctionTool, str]] = []
+    async def settle(self, calls: Sequence[ToolCall], *, resuming: bool) -> list[ToolCall]:
+        """Give every call a result: handoffs first, then tools, concurrently. Returns the
+        calls that await a person's decision (the others are settled)."""
+        to_run: list[tuple[ToolCall, FunctionTool, dict[str, Any], str]] = []
+        waiting: list[ToolCall] = []
         for call in calls:
             target = self.agent.handoff(call.name)
             if target is not None:
@@ -218,21 +244,27 @@ class Run:
                 await self.record(ToolResult(call.call_id, text, is_error=True), "error")
                 continue
             try:
-                tool.validate(call.arguments)
+                kwargs = tool.validate(call.arguments)  # once: the body gets these
             except ToolArgumentsError as exc:  # the body never runs: the model is told why
                 await self.record(ToolResult(call.call_id, str(exc), is_error=True), "invalid")
                 continue
+            if tool.needs_approval is not False:
+                verdict = await self.approval(call, tool)
+                if verdict == "wait":
+                    waiting.append(call)
+                if verdict != "run":
+                    continue
             if resuming and self.may_have_run(call):
                 if not tool.idempotent:
                     text = unknown_outcome_text(call)
                     await self.record(ToolResult(call.call_id, text, is_error=True), "unknown")
                     continue
-                to_run.append((call, tool, "re-ran"))
+                to_run.append((call, tool, kwargs, "re-ran"))
             else:
-                to_run.append((call, tool, "ran"))
+                to_run.append((call, tool, kwargs, "ran"))
         if not to_run:
-            return
-        for call, _, _ in to_run:
+            return waiting
+        for call, _, _, _ in to_run:
             self.entries.append(
                 SidecarEntry(_STARTED, {"call_id": call.call_id, "name": call.name})
             )
@@ -241,20 +273,33 @@ class Run:
         await self.barrier()  # a body runs only after its call record is durable
         try:
             async with trio.open_nursery() as nursery:
-                for call, tool, how in to_run:
-                    nursery.start_soon(self.run_tool, call, tool, how)
+                for call, tool, kwargs, how in to_run:
+                    nursery.start_soon(self.run_tool, call, tool, kwargs, how)
         except BaseExceptionGroup as group:
             raise first_cause(group) from None
         self.announced.clear()
         self.dispatched.clear()
+        return waiting
 
-    async def run_tool(self, call: ToolCall, tool: FunctionTool, how: str) -> None:
-        """Run one tool body; a failing tool becomes an error result."""
+    async def approval(self, call: ToolCall, tool: FunctionTool) -> str:
+        """Settle the approval of a call whose tool needs one: ``"run"``, ``"wait"`` (its
+        request is recorded) or ``"done"`` (denied or rejected: its result recorded)."""
+        step, result = await approval_step(self.entries, self.run_id, self.ctx, call, tool)
+        if result is None:
+            return step
+        await self.record(result, step)
+        return "done"
+
+    async def run_tool(
+        self, call: ToolCall, tool: FunctionTool, kwargs: dict[str, Any], how: str
+    ) -> None:
+        """Run one tool body on its validated arguments; a failing tool becomes an error
+        result."""
         await self.emit(ToolStarted(call))
         await self.hooks.on_tool_start(self.ctx, call)
         self.dispatched.add(call.call_id)  # from here on its body may have run
         try:
-            output = await tool.invoke(self.ctx, call.arguments)
+            output = await tool.call(self.ctx, kwargs)
             result = ToolResult(call.call_id, output)
         except trio.TooSlowError:
             text = f"TimeoutError: the tool {tool.name!r} did not finish within {tool.timeout}s"
@@ -267,8 +312,9 @@ class Run:
 
     # -- turns -------------------------------------------------------------------------
 
-    async def turn(self) -> ModelResponse | None:
-        """One model turn and its tools; the model's response if it is done."""
+    async def turn(self) -> ModelResponse | list[ToolCall]:
+        """One model turn and its tools: the model's response if it is done, else the
+        calls that await a decision (none: ask the model again)."""
         if self.turns >= self.max_turns:
             raise MaxTurnsExceededError(self.run_id, self.max_turns)
         model = self.agent.model or self.entry_agent.model
@@ -283,7 +329,13 @@ class Run:
             self.agent.tool_schemas(),
             None if output is None else output.request_form(),
         )
-        response = await self.ask(model, request)
+        if self.stop_reason is not None:
+            raise StopRequested(self.stop_reason)
+        with trio.CancelScope() as self.model_scope:
+            response = await self.ask(model, request)
+        self.model_scope = None
+        if self.stop_reason is not None:  # the request was cancelled, or just answered
+            raise StopRequested(self.stop_reason)
         self.turns += 1
         self.usage = self.usage + response.usage
         calls = [
@@ -301,8 +353,7 @@ class Run:
         await self.hooks.on_model_turn(self.ctx, tuple(new))
         if not calls:
             return response
-        await self.settle(calls, resuming=False)
-        return None
+        return await self.settle(calls, resuming=False)
 
     async def ask(self, model: Model, request: ModelRequest) -> ModelResponse:
         """The model's answer; streamed (deltas emitted as they come) when the run
@@ -325,6 +376,21 @@ class Run:
         if response is None:
             raise InvalidArgumentError(f"the model's stream for {request.agent!r} had no response")
         return response
+
+    async def pause(self, waiting: list[ToolCall]) -> RunResult:
+        """Checkpoint the run as awaiting decisions on ``waiting`` and say so."""
+        if self.options is None:
+            names = ", ".join(sorted({c.name for c in waiting}))
+            raise InvalidArgumentError(
+                f"the run asks for approval of {names}: a run awaiting approval must be "
+                "resumable, so run it with a checkpoint (CheckpointOptions)"
+            )
+        await self.save("awaiting_approval")
+        return attrs.evolve(
+            self.result(None, None, None),
+            status="awaiting_approval",
+            pending_approvals=tuple(waiting),
+        )
 
     def result(self, output: JSON, finish_reason: str | None, final: Any) -> RunResult:
         """The :class:`RunResult` of the run as it stands."""
@@ -414,17 +480,31 @@ async def drive(run: Run, snapshot: RunSnapshot | None, new_entries: list[Entry]
     await run.emit(RunStarted(run.run_id, run.agent.name, "resumed" if resuming else "new"))
     await run.hooks.on_run_start(run.ctx)
     try:
+        waiting: list[ToolCall] = []
         if resuming:
-            await run.settle(pending_tool_calls(run.entries), resuming=True)
-        while True:
-            response = await run.turn()
-            if response is not None:
-                result = await run.finish(response)
+            waiting = await run.settle(pending_tool_calls(run.entries), resuming=True)
+        while not waiting:
+            outcome = await run.turn()
+            if isinstance(outcome, ModelResponse):
+                result = await run.finish(outcome)
                 break
+            waiting = outcome
+        else:
+            result = await run.pause(waiting)
+    except StopRequested as stop:
+        await save_stopped(run, stop)
+        result = attrs.evolve(
+            run.result(None, None, None), status="interrupted", stop_reason=stop.reason
+        )
+        await run.emit(RunStopped(result))
+        return result
     except BaseException as exc:
         if not run.completed:  # a completed run stays completed, whatever failed after
             await save_stopped(run, exc)
         raise
+    if result.status == "awaiting_approval":
+        await run.emit(AwaitingApproval(result))
+        return result
     await run.emit(RunCompleted(result))
     await run.hooks.on_run_end(run.ctx, result)
     return result
@@ -434,35 +514,11 @@ async def save_stopped(run: Run, exc: BaseException) -> None:
     """Checkpoint a run that stopped: ``interrupted`` (cancellation, Ctrl-C -- with the
     calls that were announced but never dispatched marked as such) or ``failed`` (with
     the error). Shielded; never masks the original error."""
-    status = "interrupted" if is_interruption(exc) else "failed"
+    stopped = isinstance(exc, StopRequested)  # recorded with its reason
+    status = "interrupted" if stopped or is_interruption(exc) else "failed"
     run.abort_undispatched()
     with trio.CancelScope(shield=True):
         try:
-            await run.save(status, error=None if status == "interrupted" else exc)
+            await run.save(status, error=exc if status == "failed" or stopped else None)
         except Exception as save_error:  # never mask the original error
             logger.warning("could not checkpoint run %s as %s: %r", run.run_id, status, save_error)
-
-
-def first_cause(group: BaseExceptionGroup[BaseException]) -> BaseException:
-    """What stopped the concurrent tools, as the plain error the run's callers expect:
-    the group's only error, a cancellation if any (so the run is "interrupted"), or else
-    the group itself (several independent failures: none is hidden)."""
-    leaves: list[BaseException] = []
-    pending = list(group.exceptions)
-    while pending:
-        exc = pending.pop(0)
-        if isinstance(exc, BaseExceptionGroup):
-            pending.extend(exc.exceptions)
-        else:
-            leaves.append(exc)
-    if len(leaves) == 1:
-        return leaves[0]
-    cancelled = [e for e in leaves if isinstance(e, trio.Cancelled)]
-    return cancelled[0] if cancelled else group
-
-
-def is_interruption(exc: BaseException) -> bool:
-    """Cancellation, Ctrl-C or exit (possibly grouped): the run is interrupted."""
-    if isinstance(exc, BaseExceptionGroup):
-        return all(is_interruption(e) for e in exc.exceptions)
-    return isinstance(exc, trio.Cancelled | KeyboardInterrupt | SystemExit)

@@ -36,7 +36,7 @@ from ._models import (
     ToolCallDelta,
     Usage,
 )
-from ._provider import ProviderModel, RetryPolicy
+from ._provider import ProviderModel, RetryPolicy, stream_cut
 from ._transcript import AssistantMessage, Entry, ToolCall, ToolResult, UserMessage
 
 __all__ = ["OpenAIChatModel", "parse_arguments", "unparse_arguments"]
@@ -226,6 +226,8 @@ class OpenAIChatModel(ProviderModel):
                         yield piece
                     if choice.finish_reason:
                         reason = choice.finish_reason
+        if reason is None:
+            raise stream_cut(self.provider, "finish_reason")
         yield ModelResponse(
             "".join(text),
             tuple(
@@ -233,5 +235,5 @@ class OpenAIChatModel(ProviderModel):
                 for _, (call_id, name, args) in sorted(calls.items())
             ),
             usage,
-            _FINISH.get(reason, reason) if reason else None,
+            _FINISH.get(reason, reason),
         )

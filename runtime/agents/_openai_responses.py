@@ -32,7 +32,7 @@ from ._models import (
     Usage,
 )
 from ._openai import parse_arguments, unparse_arguments
-from ._provider import ProviderModel, RetryPolicy
+from ._provider import ProviderModel, RetryPolicy, stream_cut
 from ._transcript import AssistantMessage, Entry, ToolCall, ToolResult, UserMessage
 
 __all__ = ["OpenAIResponsesModel"]
@@ -180,5 +180,5 @@ class OpenAIResponsesModel(ProviderModel):
                 elif kind == "error":
                     raise ModelServerError("openai", event.message, retryable=True)
         if final is None:
-            raise ValueError("the stream ended before the response was complete")
+            raise stream_cut(self.provider, "response.completed event")
         yield final

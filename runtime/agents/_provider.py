@@ -45,7 +45,14 @@ from ._errors import (
 )
 from ._models import ModelRequest, ModelResponse, ModelStreamEvent, StreamRestarted
 
-__all__ = ["ProviderModel", "RetryPolicy", "retry_call", "retry_stream", "translate"]
+__all__ = [
+    "ProviderModel",
+    "RetryPolicy",
+    "retry_call",
+    "retry_stream",
+    "stream_cut",
+    "translate",
+]
 
 logger = logging.getLogger("tidelog")
 T = TypeVar("T")
@@ -103,6 +110,17 @@ def retry_after(headers: Any) -> float | None:
             if parsed is not None:
                 return float(email.utils.mktime_tz(parsed) - time.time())
     return None
+
+
+def stream_cut(provider: str, marker: str) -> ModelConnectionError:
+    """The error of a stream that ended before its end ``marker`` (the server closed it
+    early, or answered a stream request with one JSON body): a broken connection,
+    retried like one, never taken as an answer."""
+    return ModelConnectionError(
+        provider,
+        f"the stream ended before the answer was complete (no {marker})",
+        retryable=True,
+    )
 
 
 @attrs.frozen

@@ -6,8 +6,8 @@ import weakref
 
 from runtime import Runtime
 
-from ._checkpoints import RuntimeCheckpointer
-from ._runtime_history import RuntimeHistory
+from ._checkpoints_runtime import RuntimeCheckpointer
+from ._history_runtime import RuntimeHistory
 
 __all__ = ["checkpoints", "history"]
 

@@ -24,7 +24,7 @@ from runtime import (
 )
 
 from ._checkpoints import HEAD_KIND, RUN_SESSION_PREFIX, RunHead
-from ._runtime_history import RuntimeHistory
+from ._history_runtime import RuntimeHistory
 
 __all__ = [
     "CheckpointSession",

@@ -8,18 +8,22 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import AsyncExitStack, asynccontextmanager
 from typing import Any
 
+import attrs
 import trio
 
 from runtime import JSON, InvalidArgumentError, Runtime
 from stores import validate_session_id
 
 from ._agent import Agent
+from ._approvals import APPROVAL_DECISION
 from ._checkpoints import CheckpointOptions, RunSnapshot, begin_run
+from ._errors import unwrap_group
 from ._events import NO_HOOKS, RunCompleted, RunEvent, RunFailed, RunHooks, RunResult
 from ._history import History
 from ._loop import Run, drive
 from ._models import Usage
 from ._registry import history as runtime_history
+from ._stopping import stop_cursor, watch_stops
 from ._transcript import Entry, UserMessage
 
 __all__ = ["Runner"]
@@ -70,17 +74,19 @@ class Runner:
             pass
 
         return await _execute(
-            agent,
-            input,
-            runtime,
-            session_id,
-            checkpoint,
-            max_turns,
-            context,
-            hooks,
-            history,
-            ignore,
-            stream=False,
+            RunRequest(
+                agent=agent,
+                input=input,
+                runtime=runtime,
+                session_id=session_id,
+                checkpoint=checkpoint,
+                max_turns=max_turns,
+                context=context,
+                hooks=hooks,
+                history=history,
+                emit=ignore,
+                stream=False,
+            )
         )
 
     @staticmethod
@@ -111,17 +117,19 @@ class Runner:
             async with send:
                 try:
                     await _execute(
-                        agent,
-                        input,
-                        runtime,
-                        session_id,
-                        checkpoint,
-                        max_turns,
-                        context,
-                        hooks,
-                        history,
-                        send.send,
-                        stream=True,
+                        RunRequest(
+                            agent=agent,
+                            input=input,
+                            runtime=runtime,
+                            session_id=session_id,
+                            checkpoint=checkpoint,
+                            max_turns=max_turns,
+                            context=context,
+                            hooks=hooks,
+                            history=history,
+                            emit=send.send,
+                            stream=True,
+                        )
                     )
                 except Exception as exc:
                     await send.send(RunFailed(exc, "failed"))
@@ -134,39 +142,85 @@ class Runner:
                 nursery.cancel_scope.cancel()
 
 
-async def _execute(
-    agent: Agent,
-    input: str | Sequence[Entry],
-    runtime: Runtime,
-    session_id: str | None,
-    checkpoint: CheckpointOptions | None,
-    max_turns: int,
-    context: Any,
-    hooks: RunHooks | None,
-    history: History | None,
-    emit: Callable[[RunEvent], Awaitable[None]],
-    *,
-    stream: bool,
-) -> RunResult:
-    """Run, resume or replay one run (the body of ``Runner.run``); ``stream``: ask
-    streaming models for deltas."""
-    if not isinstance(agent, Agent):
-        raise InvalidArgumentError(f"agent must be an Agent, not {type(agent).__name__}")
-    if session_id is not None:
-        validate_session_id(session_id)
+@attrs.frozen(kw_only=True)
+class RunRequest:
+    """What ``Runner.run`` / ``run_streamed`` were called with, unchecked; ``emit``
+    receives the run events, ``stream`` asks streaming models for deltas."""
+
+    agent: Agent
+    input: str | Sequence[Entry]
+    runtime: Runtime
+    session_id: str | None
+    checkpoint: CheckpointOptions | None
+    max_turns: int
+    context: Any
+    hooks: RunHooks | None
+    history: History | None
+    emit: Callable[[RunEvent], Awaitable[None]]
+    stream: bool
+
+
+def _check(request: RunRequest) -> History:
+    """Check the request's arguments; the history the run uses."""
+    if not isinstance(request.agent, Agent):
+        raise InvalidArgumentError(f"agent must be an Agent, not {type(request.agent).__name__}")
+    if request.session_id is not None:
+        validate_session_id(request.session_id)
+    max_turns = request.max_turns
     if type(max_turns) is not int or max_turns < 1:
         raise InvalidArgumentError(f"max_turns must be an int >= 1, not {max_turns!r}")
-    if checkpoint is not None and not isinstance(checkpoint, CheckpointOptions):
+    if request.checkpoint is not None and not isinstance(request.checkpoint, CheckpointOptions):
         raise InvalidArgumentError("checkpoint must be CheckpointOptions or None")
-    if hooks is not None and not isinstance(hooks, RunHooks):
+    if request.hooks is not None and not isinstance(request.hooks, RunHooks):
         raise InvalidArgumentError("hooks must be a RunHooks instance or None")
+    runtime = request.runtime
     if not isinstance(runtime, Runtime):
         raise InvalidArgumentError(f"runtime must be a Runtime, not {type(runtime).__name__}")
-    new_entries: list[Entry] = [UserMessage(input)] if isinstance(input, str) else list(input)
-    if history is None:
-        history = runtime_history(runtime)
-    elif not isinstance(history, History):
+    if request.history is None:
+        return runtime_history(runtime)
+    if not isinstance(request.history, History):
         raise InvalidArgumentError("history must implement History or be None")
+    return request.history
+
+
+async def _execute(request: RunRequest) -> RunResult:
+    """Run, resume or replay one run (the body of ``Runner.run``)."""
+    history = _check(request)
+    checkpoint = request.checkpoint
+    given = request.input
+    new_entries: list[Entry] = [UserMessage(given)] if isinstance(given, str) else list(given)
+    while True:
+        result, decided_since = await _attempt(request, checkpoint, history, new_entries)
+        if decided_since is None:
+            break
+        assert checkpoint is not None
+        await _wait_for_decisions(checkpoint, result, decided_since)
+        # Continue the run now that it is decided (its input is in the checkpoint); the
+        # decider may still hold the run for a moment after its decision committed.
+        checkpoint = attrs.evolve(
+            checkpoint, if_run_exists="resume_only", resume_from=None, wait_for_owner=True
+        )
+    if checkpoint is not None and checkpoint.delete_on_success and result.status == "completed":
+        await checkpoint.checkpointer.delete(checkpoint.run_id)  # after the claim ended
+    return result
+
+
+async def _attempt(
+    request: RunRequest,
+    checkpoint: CheckpointOptions | None,
+    history: History,
+    new_entries: list[Entry],
+) -> tuple[RunResult, int | None]:
+    """Claim, then run, resume or replay the run once. With ``wait_for_decisions`` and a
+    result awaiting approval, also the head of the run's session while the claim still
+    held it (decisions come after it)."""
+    agent, session_id = request.agent, request.session_id
+    home = None if checkpoint is None else checkpoint.checkpointer.home(checkpoint.run_id)
+    # Stop requests written from here on are for this run: read where they start before
+    # the claim, so that none written once the claim is held can be missed.
+    since: int | None = None
+    if home is not None and checkpoint is not None:
+        since = await stop_cursor(home.runtime, checkpoint.run_id)
     async with AsyncExitStack() as stack:
         snapshot: RunSnapshot | None = None
         if checkpoint is not None:
@@ -178,25 +232,57 @@ async def _execute(
             snapshot = await begin_run(checkpoint)
         run_id = checkpoint.run_id if checkpoint is not None else uuid.uuid4().hex
         if snapshot is not None and snapshot.head.status == "completed":
-            result = await _replay(agent, snapshot, history, session_id, emit)
-        else:
-            run = Run(
-                runtime,
-                agent,
-                agent,
-                run_id,
-                session_id,
-                checkpoint,
-                max_turns,
-                hooks or NO_HOOKS,
-                emit,
-                context,
-                history,
-                stream=stream,
-            )
+            return await _replay(agent, snapshot, history, session_id, request.emit), None
+        run = Run(
+            runtime=request.runtime,
+            entry_agent=agent,
+            agent=agent,
+            run_id=run_id,
+            session_id=session_id,
+            options=checkpoint,
+            max_turns=request.max_turns,
+            hooks=request.hooks or NO_HOOKS,
+            emit=request.emit,
+            context=request.context,
+            history=history,
+            stream=request.stream,
+        )
+        if home is None or since is None:
             result = await drive(run, snapshot, new_entries)
-    if checkpoint is not None and checkpoint.delete_on_success:
-        await checkpoint.checkpointer.delete(checkpoint.run_id)  # after the claim ended
+        else:
+            result = await _drive_watched(run, snapshot, new_entries, home.runtime, since)
+        waits = checkpoint is not None and checkpoint.wait_for_decisions
+        if home is None or result.status != "awaiting_approval" or not waits:
+            return result, None
+        info = await home.runtime.stat(home.session_id)
+        return result, 0 if info is None else info.head
+
+
+async def _wait_for_decisions(checkpoint: CheckpointOptions, paused: RunResult, since: int) -> None:
+    """Follow the run's checkpoint session (with the runtime's tail) from ``since`` until
+    every pending call of ``paused`` has a decision, written by any process."""
+    home = checkpoint.checkpointer.home(checkpoint.run_id)
+    assert home is not None
+    waiting = {c.call_id for c in paused.pending_approvals}
+    async for event in home.runtime.tail(home.session_id, since_seq=since):
+        if event.kind == APPROVAL_DECISION and isinstance(event.data, dict):
+            waiting.discard(str(event.data.get("call_id")))
+            if not waiting:
+                return
+
+
+async def _drive_watched(
+    run: Run, snapshot: RunSnapshot | None, new_entries: list[Entry], runtime: Runtime, since: int
+) -> RunResult:
+    """:func:`drive`, following the run's stop requests meanwhile."""
+    try:
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(watch_stops, runtime, run.run_id, since, run.request_stop)
+            result = await drive(run, snapshot, new_entries)
+            nursery.cancel_scope.cancel()
+    except BaseExceptionGroup as group:
+        error = unwrap_group(group)
+        raise error from error.__cause__
     return result
 
 

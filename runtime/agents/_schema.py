@@ -6,7 +6,7 @@ or an output type uses -- ``Optional``, unions, ``Literal`` (an ``enum``), ``lis
 (with ``items``), ``dict[str, T]``, nested dataclasses and TypedDicts, defaults and
 required fields -- in one well-kept, fast (Rust core) library that both provider SDKs
 already depend on. Writing a schema generator and a validator by hand would duplicate it
-badly (that was issue 16's bug: ``int | None`` became ``"string"``).
+badly (a hand-written one once turned ``int | None`` into ``"string"``).
 **docstring_parser** reads the descriptions of a function and of its parameters from a
 docstring in Google, NumPy or Sphinx (reST) style, detecting which.
 

@@ -14,8 +14,8 @@ from __future__ import annotations
 
 import functools
 import inspect
-from collections.abc import Callable
-from typing import Any, TypeAlias, get_type_hints, overload
+from collections.abc import Awaitable, Callable
+from typing import Any, Literal, TypeAlias, get_type_hints, overload
 
 import attrs
 import pydantic
@@ -27,8 +27,16 @@ from stores._records import decode_json, encode_json
 
 from ._models import UNPARSED_ARGUMENTS
 from ._schema import describe_errors, parse_docs, pydantic_type, strict_schema
+from ._transcript import ToolCall
 
-__all__ = ["FunctionTool", "RunContext", "ToolArgumentsError", "function_tool"]
+__all__ = [
+    "ApprovalPolicy",
+    "FunctionTool",
+    "RunContext",
+    "ToolArgumentsError",
+    "Verdict",
+    "function_tool",
+]
 
 
 @attrs.define
@@ -52,6 +60,12 @@ ToolBody: TypeAlias = Callable[..., Any]
 Validator: TypeAlias = Callable[[dict[str, JSON]], dict[str, Any]]
 
 
+#: What an approval policy answers for a call: run it, refuse it, or ask a person.
+Verdict: TypeAlias = Literal["allow", "deny", "ask"]
+#: ``policy(ctx, call)`` -> a :data:`Verdict`, or an awaitable of one.
+ApprovalPolicy: TypeAlias = Callable[[RunContext, ToolCall], Verdict | Awaitable[Verdict]]
+
+
 def _no_validation(arguments: dict[str, JSON]) -> dict[str, Any]:
     return dict(arguments)
 
@@ -65,7 +79,9 @@ class FunctionTool:
     only if the tool is idempotent; otherwise the model gets a ``TOOL_OUTCOME_UNKNOWN``
     error result and must verify before retrying. ``strict``: the provider is asked to
     hold the model to the schema exactly (set only when the schema allows it).
-    ``timeout``: seconds one call may take (``None``: no limit).
+    ``timeout``: seconds one call may take (``None``: no limit). ``needs_approval``:
+    ``True`` to ask a person before every call, or a policy ``(ctx, call) -> "allow" |
+    "deny" | "ask"`` (sync or async) deciding per call (see ``runtime.agents.approve``).
     """
 
     name: str
@@ -77,6 +93,7 @@ class FunctionTool:
     strict: bool = False
     timeout: float | None = None
     validator: Validator = attrs.field(default=_no_validation, repr=False)
+    needs_approval: bool | ApprovalPolicy = False
 
     def validate(self, arguments: dict[str, JSON]) -> dict[str, Any]:
         """The body's keyword arguments for a call, validated and coerced.
@@ -95,7 +112,14 @@ class FunctionTool:
 
         Raises :class:`ToolArgumentsError` (invalid call, the body did not run),
         :class:`trio.TooSlowError` (timeout), or whatever the body raises."""
-        kwargs = self.validate(arguments)
+        return await self.call(ctx, self.validate(arguments))
+
+    async def call(self, ctx: RunContext, kwargs: dict[str, Any]) -> str:
+        """Run the body on ``kwargs`` as :meth:`validate` returned them (the run loop
+        validates each call once, before it records that the body may start), within
+        :attr:`timeout`, and return its output as :meth:`invoke` does.
+
+        Raises :class:`trio.TooSlowError` (timeout), or whatever the body raises."""
         call = functools.partial(self.body, ctx, **kwargs) if self.takes_context else None
         call = call or functools.partial(self.body, **kwargs)
         with trio.fail_after(self.timeout) if self.timeout is not None else _nothing():
@@ -221,6 +245,7 @@ def function_tool(
     idempotent: bool = False,
     strict: bool = True,
     timeout: float | None = None,
+    needs_approval: bool | ApprovalPolicy = False,
 ) -> FunctionTool: ...
 
 
@@ -234,6 +259,7 @@ def function_tool(
     idempotent: bool = False,
     strict: bool = True,
     timeout: float | None = None,
+    needs_approval: bool | ApprovalPolicy = False,
 ) -> Callable[[ToolBody], FunctionTool]: ...
 
 
@@ -246,6 +272,7 @@ def function_tool(
     idempotent: bool = False,
     strict: bool = True,
     timeout: float | None = None,
+    needs_approval: bool | ApprovalPolicy = False,
 ) -> FunctionTool | Callable[[ToolBody], FunctionTool]:
     """Declare a function (async, or sync: it then runs in a worker thread) as a tool:
     ``@function_tool`` or ``@function_tool(idempotent=True, timeout=30)``.
@@ -256,13 +283,19 @@ def function_tool(
     T]``, attrs classes, dataclasses, TypedDicts, defaults); an unannotated parameter
     takes any JSON. A first parameter annotated :class:`RunContext` receives the run
     context. ``strict`` (default on) asks providers to enforce the schema exactly, when
-    the schema can be closed (see :attr:`FunctionTool.strict`).
+    the schema can be closed (see :attr:`FunctionTool.strict`). ``needs_approval``: see
+    :class:`FunctionTool` (``@function_tool(needs_approval=True)``).
 
     Raises :class:`~stores.InvalidArgumentError` for bad options, ``*args``/``**kwargs``
     or positional-only parameters, or an annotation with no JSON schema.
     """
 
     def wrap(body: ToolBody) -> FunctionTool:
-        return _build(body, name, description, idempotent, strict, timeout)
+        tool = _build(body, name, description, idempotent, strict, timeout)
+        if not (isinstance(needs_approval, bool) or callable(needs_approval)):
+            raise InvalidArgumentError(
+                f"needs_approval must be a bool or a policy function, not {needs_approval!r}"
+            )
+        return attrs.evolve(tool, needs_approval=needs_approval)
 
     return wrap(fn) if fn is not None else wrap

@@ -69,6 +69,8 @@ SIDECAR_KINDS: frozenset[str] = frozenset(
         "context_view",
         "artifact_verified",
         "tool_aborted",
+        "approval_requested",
+        "approval_decision",
     }
 )
 

@@ -55,6 +55,7 @@ from runtime.agents import (
     function_tool,
     history,
     pending_tool_calls,
+    unwrap_group,
 )
 
 __all__ = ["DemoError", "Workspace", "crash_host", "make_tools", "run_demo"]
@@ -84,13 +85,6 @@ def _expect(condition: bool, message: str) -> None:
     """Raise :class:`DemoError` with ``message`` unless ``condition`` holds."""
     if not condition:
         raise DemoError(message)
-
-
-def _leaf(exc: BaseException) -> BaseException:
-    """The single exception inside nested one-member exception groups, else ``exc``."""
-    while isinstance(exc, BaseExceptionGroup) and len(exc.exceptions) == 1:
-        exc = exc.exceptions[0]
-    return exc
 
 
 def _short(value: JSON, width: int = 64) -> str:
@@ -605,7 +599,7 @@ def run_demo(db: str | None = None, *, keep: bool = False) -> int:
     try:
         trio.run(_demo, str(db_path), workspace)
     except BaseException as exc:
-        leaf = _leaf(exc)
+        leaf = unwrap_group(exc)
         if isinstance(leaf, DemoError):
             print(f"tidelog demo: FAILED: {leaf}", file=sys.stderr)
             return 1

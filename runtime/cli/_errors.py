@@ -19,6 +19,7 @@ from runtime import (
     TidelogError,
     UnsupportedFormatError,
 )
+from runtime.agents import unwrap_group
 
 __all__ = [
     "EXIT_FOUND",
@@ -62,9 +63,7 @@ class Interrupted(Exception):
 
 def leaf(exc: BaseException) -> BaseException:
     """The single exception inside nested one-member exception groups, else ``exc``."""
-    while isinstance(exc, BaseExceptionGroup) and len(exc.exceptions) == 1:
-        exc = exc.exceptions[0]
-    return exc
+    return unwrap_group(exc)
 
 
 #: The library's argument names that reach a message, and the flags users type instead.

@@ -31,6 +31,7 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
     "fork": ("_edit", "cmd_fork", "fork a session at a seq (O(1): shares the prefix)"),
     "rewind": ("_edit", "cmd_rewind", "cut a conversation back to its first N entries"),
     "serve": ("_serve", "cmd_serve", "serve the web inspector of a store until Ctrl-C"),
+    "runs": ("_runs", "cmd_runs", "list agent runs; approve, reject or stop one"),
 }
 
 
@@ -425,5 +426,27 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="enable the write routes (fork); opens the store writable; they need the token",
     )
+
+    runs = _add(
+        commands,
+        "runs",
+        "`tidelog runs DB` lists the agent runs (status: running, awaiting_approval, "
+        "interrupted, completed, failed; conversation; last update; calls awaiting "
+        "approval; calls whose outcome is unknown). `tidelog runs approve|reject DB RUN "
+        "CALL` records a decision on a call awaiting approval, once; `tidelog runs stop DB "
+        "RUN` asks a live run to stop at its next safe point.",
+    )
+    runs.add_argument(
+        "words", nargs="+", metavar="[approve|reject|stop] DB [RUN [CALL]]", help="see above"
+    )
+    runs.add_argument(
+        "--status",
+        choices=("running", "awaiting_approval", "interrupted", "completed", "failed"),
+        help="list only runs with this status",
+    )
+    runs.add_argument("--by", metavar="NAME", help="who decides or stops (default: your login)")
+    runs.add_argument("--message", metavar="TEXT", help="for reject: what the model is told")
+    runs.add_argument("--reason", metavar="TEXT", help="for stop: why (recorded on the run)")
+    _formats(runs)
 
     return parser

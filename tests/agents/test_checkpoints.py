@@ -5,32 +5,42 @@ layer follows): checkpoint first, then history."""
 
 from __future__ import annotations
 
+import functools
 import pathlib
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import AsyncExitStack
 from typing import Literal
 
 import pytest
 import trio
+import trio.testing
 from helpers import runtime_target
 
 from runtime import (
     JSON,
     CommitPendingError,
     InvalidArgumentError,
+    MemoryStore,
+    TidelogError,
     open_runtime,
 )
 from runtime.agents import (
+    Agent,
     AssistantMessage,
     Checkpointer,
     CheckpointOptions,
     Entry,
     MemoryCheckpointer,
     MemoryHistory,
+    ModelResponse,
     RunExistsError,
     RunHead,
+    Runner,
     RunNotFoundError,
     RunSnapshot,
     RunStatus,
+    RuntimeCheckpointer,
+    ScriptedModel,
     ToolCall,
     ToolResult,
     UserMessage,
@@ -312,3 +322,91 @@ async def test_complete_requires_completed_head() -> None:
             head=head("running"),
             run_entries=[],
         )
+
+
+async def test_restart_discards_the_old_run_on_every_checkpointer(cp: Checkpointer) -> None:
+    """``if_run_exists="restart"`` discards the stored run and runs a new one, also with
+    the runtime's checkpointer, whose claim holds the run session's writer."""
+    async with open_runtime(MemoryStore()) as own:
+        rt = cp.runtime if isinstance(cp, RuntimeCheckpointer) else own
+        for text, policy in (("one", "resume"), ("two", "restart")):
+            agent = Agent("a", "x", model=ScriptedModel([ModelResponse(text)]))
+            options = CheckpointOptions(cp, "r", if_run_exists=policy)  # type: ignore[arg-type]
+            result = await Runner.run(agent, f"q-{text}", runtime=rt, checkpoint=options)
+            assert result.output == text
+        snap = await cp.load("r")
+        assert snap is not None
+        assert snap.head.status == "completed"
+        assert snap.head.output == "two"
+        assert [e.text for e in snap.entries if isinstance(e, UserMessage)] == ["q-two"]
+        assert [e.text for e in snap.entries if isinstance(e, AssistantMessage)] == ["two"]
+
+
+async def _resend_until_done(save: Callable[[], Awaitable[None]]) -> int:
+    """Send ``save`` again until it returns (as lovia's save loop does); the number of
+    CommitPendingErrors it saw."""
+    pending = 0
+    while True:
+        try:
+            await save()
+        except CommitPendingError:
+            pending += 1
+        except TidelogError:
+            pass  # refused or dropped: nothing of it is stored, send it again
+        else:
+            return pending
+
+
+@pytest.mark.parametrize("failures", [1, 2])
+@pytest.mark.parametrize("claimed", [False, True], ids=["shared", "claimed"])
+async def test_a_save_resent_after_commit_pending_is_stored_once(
+    autojump_clock: trio.testing.MockClock,  # noqa: ARG001 (pytest-trio runs the test on it)
+    claimed: bool,
+    failures: int,
+) -> None:
+    """A checkpoint save that raised CommitPendingError (accepted, commit retried) and is
+    sent again is recognised: its entries are stored once, with or without the claim."""
+    from helpers import FlakyMemoryStore
+
+    store = FlakyMemoryStore()
+    async with open_runtime(store) as rt, AsyncExitStack() as stack:
+        cp = checkpoints(rt)
+        if claimed:
+            await stack.enter_async_context(cp.claim("r"))
+        await cp.append("r", [UserMessage("e0")], head())
+        store.fail_next = failures
+        save = functools.partial(cp.append, "r", [UserMessage("e1")], head(turns=1))
+        assert await _resend_until_done(save) >= 1
+        await cp.append("r", [UserMessage("e2")], head(turns=2))
+        snap = await cp.load("r")
+        assert snap is not None
+        assert [e.text for e in snap.entries if isinstance(e, UserMessage)] == ["e0", "e1", "e2"]
+        assert snap.head.turns == 2
+
+
+async def test_a_completion_resent_after_commit_pending_is_stored_once(
+    autojump_clock: trio.testing.MockClock,  # noqa: ARG001 (pytest-trio runs the test on it)
+) -> None:
+    """``complete_run`` resent after CommitPendingError leaves the checkpoint's final
+    entries and the history segment once each."""
+    from helpers import FlakyMemoryStore
+
+    store = FlakyMemoryStore()
+    async with open_runtime(store) as rt:
+        await checkpoints(rt).append("r", ENTRIES[:1], head())
+        store.fail_next = 1
+        complete = functools.partial(
+            complete_run,
+            checkpoints(rt),
+            history(rt),
+            session_id="s",
+            run_id="r",
+            new_entries=ENTRIES[1:],
+            head=head("completed", output="ok"),
+            run_entries=ENTRIES,
+        )
+        assert await _resend_until_done(complete) >= 1
+        snap = await checkpoints(rt).load("r")
+        assert snap is not None
+        assert list(snap.entries) == ENTRIES
+        assert await history(rt).load("s") == ENTRIES

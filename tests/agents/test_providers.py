@@ -1,7 +1,8 @@
 """The provider adapters through the official SDKs, under trio, against a local HTTP
 server on 127.0.0.1 speaking each API's wire format: a tool-calling conversation, a
 streamed answer, 429 then success, a 500 and a stream broken mid-way, a timeout, a
-malformed body, cancellation, and the mapping of every transcript entry."""
+malformed body, a stream cut before its end, cancellation, and the mapping of every
+transcript entry."""
 
 from __future__ import annotations
 
@@ -21,12 +22,16 @@ from runtime.agents import (
     AssistantMessage,
     CheckpointOptions,
     Entry,
+    ModelConnectionError,
     ModelError,
     ModelRateLimitError,
     ModelRequest,
     ModelResponseError,
     ModelTimeoutError,
     RetryPolicy,
+    RunCompleted,
+    RunEvent,
+    RunFailed,
     Runner,
     RunResult,
     SidecarEntry,
@@ -38,6 +43,7 @@ from runtime.agents import (
     UserMessage,
     checkpoints,
     function_tool,
+    history,
 )
 
 
@@ -269,6 +275,59 @@ async def test_timeout_fails_the_run_and_resume_finishes_it(
         server.add(provider.path, json_reply(provider, "at last"))
         result = await Runner.run(Agent("a", "x", model=model), "hi", runtime=rt, checkpoint=cp)
     assert result.output == "at last"
+
+
+#: How many events at the end of each provider's stream carry (or follow) its end marker:
+#: Chat's finish chunk, usage chunk and [DONE]; Responses' response.completed; Anthropic's
+#: message_delta (the stop_reason) and message_stop.
+_END_EVENTS = {"chat": 3, "responses": 1, "anthropic": 2}
+
+
+def _unfinished(provider: Provider, how: str) -> Reply:
+    """A reply to a stream request that never says the answer is complete: the stream
+    closed cleanly before its end marker, or one JSON body instead of a stream."""
+    if how == "json":
+        return json_reply(provider, "An answer the stream never sent.")
+    chunks = provider.stream(["Cut ", "short"])
+    return Reply(stream=chunks[: -_END_EVENTS[provider.name]])
+
+
+async def _run_streamed(rt: Runtime, model: Any, run_id: str) -> list[RunEvent]:
+    cp = CheckpointOptions(checkpoints(rt), run_id)
+    agent = Agent("a", "x", model=model)
+    async with Runner.run_streamed(agent, "hi", runtime=rt, session_id=run_id, checkpoint=cp) as ev:
+        return [event async for event in ev]
+
+
+@pytest.mark.parametrize("how", ["cut", "json"])
+async def test_a_stream_that_did_not_finish_is_retried_and_never_an_answer(
+    rt: Runtime, server: ProviderServer, provider: Provider, how: str
+) -> None:
+    """A stream that ends without its end marker (or a JSON body where a stream was
+    asked) is a broken connection: retried under the RetryPolicy, and once the attempts
+    are spent the run fails with ModelConnectionError -- nothing of it is an answer."""
+    whole = Reply(stream=provider.stream(["Whole ", "answer."]))
+    server.add(provider.path, _unfinished(provider, how), whole)
+    async with provider.make(server.url, retry=FAST_RETRY) as model:
+        seen = await _run_streamed(rt, model, "retried")
+        assert [e.result.output for e in seen if isinstance(e, RunCompleted)] == ["Whole answer."]
+        assert len(server.requests) == 2
+        server.add(provider.path, *[_unfinished(provider, how)] * FAST_RETRY.max_attempts)
+        seen = await _run_streamed(rt, model, "cut")
+    failures = [e.error for e in seen if isinstance(e, RunFailed)]
+    assert len(failures) == 1
+    error = failures[0]
+    assert isinstance(error, ModelConnectionError)
+    assert error.retryable
+    assert error.attempts == FAST_RETRY.max_attempts
+    assert len(server.requests) == 2 + FAST_RETRY.max_attempts
+    snap = await checkpoints(rt).load("cut")
+    assert snap is not None
+    assert snap.head.status == "failed"
+    assert snap.head.error is not None
+    assert snap.head.error["type"] == "ModelConnectionError"
+    assert not [e for e in snap.entries if isinstance(e, AssistantMessage)]
+    assert await history(rt).load("cut") == []
 
 
 async def test_malformed_body_is_a_response_error(

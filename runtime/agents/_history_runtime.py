@@ -11,22 +11,11 @@ from __future__ import annotations
 import hashlib
 import uuid
 from collections import defaultdict
-from collections.abc import Awaitable, Callable, Sequence
-from typing import TypeVar
+from collections.abc import Sequence
 
 import attrs
 
-from runtime import (
-    INTERNAL_PREFIX,
-    JSON,
-    CommitPendingError,
-    ConflictError,
-    NewEvent,
-    Runtime,
-    SessionWriter,
-    StoredEvent,
-    TidelogError,
-)
+from runtime import INTERNAL_PREFIX, JSON, NewEvent, Runtime, StoredEvent
 from stores import prepare_events, validate_session_id
 
 from ._checkpoints import Checkpointer, check_run_id
@@ -34,19 +23,18 @@ from ._history import (
     ARCHIVED_KIND,
     SEGMENT_KIND,
     Segment,
-    _check_count,
-    _check_entries,
-    _check_meta,
-    _forget_runs,
-    _plan_rewind,
-    _segment_events,
-    _trimmed,
+    check_count,
+    check_entries,
+    check_meta,
+    forget_runs,
+    plan_rewind,
+    segment_events,
+    trimmed_result,
 )
+from ._home import SessionHome, optimistic
 from ._transcript import Entry, ToolResult, entry_from_stored, entry_to_event
 
-__all__ = ["RuntimeHistory", "optimistic"]
-
-T = TypeVar("T")
+__all__ = ["RuntimeHistory"]
 
 
 @attrs.frozen
@@ -76,29 +64,6 @@ def _parse(events: Sequence[StoredEvent]) -> list[_Parsed]:
         )
         out.append(_Parsed(segment, stored[0].seq if stored else event.seq, (*stored, event)))
     return out
-
-
-async def optimistic(writer: SessionWriter, attempt: Callable[[int], Awaitable[T]]) -> T:
-    """Run ``attempt(head)`` against a committed view of the session as of ``head``,
-    again whenever it raises :class:`ConflictError` (a write accepted after ``head``
-    changed the view): ``attempt`` reads what it needs, then writes with
-    ``expected_head=head``. Check-then-write without a lock.
-
-    Earlier writes that fail to commit make it raise their store error (the attempt's
-    own write was not accepted: resending is safe)."""
-    while True:
-        head = await writer.head()
-        try:
-            await writer.wait_committed()
-        except CommitPendingError as exc:
-            cause = exc.__cause__
-            if isinstance(cause, TidelogError):
-                raise cause from None  # about earlier writes: this attempt accepted nothing
-            raise
-        try:
-            return await attempt(head)
-        except ConflictError:
-            continue
 
 
 class RuntimeHistory:
@@ -142,14 +107,6 @@ class RuntimeHistory:
         """See :meth:`History.load`."""
         return [e for s in await self.segments(session_id) for e in s.entries]
 
-    def segment_events(
-        self, entries: Sequence[Entry], run_id: str, meta: dict[str, JSON] | None
-    ) -> list[NewEvent]:
-        """Validate a segment (entries then the marker) and return its events."""
-        events = _segment_events(_check_entries(entries), run_id, meta)
-        prepare_events(events)  # validate everything before anything is queued
-        return events
-
     async def append(
         self,
         session_id: str,
@@ -167,7 +124,9 @@ class RuntimeHistory:
         store errors (nothing accepted)."""
         validate_session_id(session_id)
         run_id = uuid.uuid4().hex if run_id is None else check_run_id(run_id)
-        events = self.segment_events(entries, run_id, _check_meta(meta))
+        events = segment_events(check_entries(entries), run_id, check_meta(meta))
+        # The open below creates the conversation: refuse bad data before it.
+        prepare_events(events)
         async with self.runtime.open_session(session_id, shared=True) as writer:
 
             async def attempt(head: int) -> None:
@@ -178,12 +137,21 @@ class RuntimeHistory:
         return run_id
 
     async def has_run(self, session_id: str, run_id: str) -> bool:
-        """True if a committed segment of ``run_id`` is in the session."""
+        """See :meth:`History.has_run` (a committed segment)."""
         found = await self.runtime.find_run(session_id, run_id)
         if found is None:
             return False
         tail = await self.runtime.read(session_id, since_seq=found[1] - 1, until_seq=found[1])
         return bool(tail) and tail[-1].kind == SEGMENT_KIND
+
+    def home(self, session_id: str) -> SessionHome:
+        """See :meth:`History.home`: the conversation is the session ``session_id``."""
+        validate_session_id(session_id)
+        return SessionHome(
+            runtime=self.runtime,
+            session_id=session_id,
+            open_writer=lambda: self.runtime.open_session(session_id, shared=True),
+        )
 
     async def clear(self, session_id: str) -> None:
         """Remove every segment (``rewind(session_id, 0)``): runs lose their checkpoints
@@ -205,8 +173,8 @@ class RuntimeHistory:
         Raises: :class:`InvalidArgumentError` (also ``ValueError``) for negative counts.
         """
         validate_session_id(session_id)
-        _check_count(keep_chars, "keep_chars")
-        _check_count(keep_runs, "keep_runs")
+        check_count(keep_chars, "keep_chars")
+        check_count(keep_runs, "keep_runs")
         if await self.runtime.stat(session_id) is None:
             return 0
         async with self.runtime.open_session(session_id, shared=True) as writer:
@@ -218,7 +186,7 @@ class RuntimeHistory:
                 for p in parsed[: max(0, len(parsed) - keep_runs)]:
                     for event, entry in zip(p.events, p.segment.entries, strict=False):
                         if isinstance(entry, ToolResult):
-                            short = _trimmed(entry, keep_chars)
+                            short = trimmed_result(entry, keep_chars)
                             if short is not None:
                                 changed[event.seq] = short
                                 archived.append(
@@ -283,23 +251,23 @@ class RuntimeHistory:
         Raises: :class:`InvalidArgumentError` (also ``ValueError``) for a negative count.
         """
         validate_session_id(session_id)
-        _check_count(keep_entries, "keep_entries")
+        check_count(keep_entries, "keep_entries")
         if await self.runtime.stat(session_id) is None:
             return 0
         async with self.runtime.open_session(session_id, shared=True) as writer:
 
             async def attempt(head: int) -> tuple[int, list[str]]:
                 parsed = await self._parsed(session_id)
-                plan = _plan_rewind([p.segment for p in parsed], keep_entries)
+                plan = plan_rewind([p.segment for p in parsed], keep_entries)
                 if plan is None:
                     return 0, []
                 k, removed, kept, rewound = plan
                 events: list[NewEvent] = []
                 if kept:
-                    events = _segment_events(kept, parsed[k].segment.run_id, None)
+                    events = segment_events(kept, parsed[k].segment.run_id, None)
                 await writer.replace(parsed[k].first_seq - 1, events, expected_head=head)
                 return removed, rewound
 
             removed, rewound = await optimistic(writer, attempt)
-        await _forget_runs(self.checkpointer, session_id, rewound)
+        await forget_runs(self.checkpointer, session_id, rewound)
         return removed

@@ -1,0 +1,199 @@
+"""Stopping a run from elsewhere: a stop request in the run's control session reaches the
+host through the runtime's tail; the run stops at a safe point, interrupted with the
+reason and its completed turns kept; a run that is not running is answered plainly."""
+
+from __future__ import annotations
+
+import json
+import pathlib
+import subprocess
+import sys
+from collections.abc import AsyncIterator
+
+import pytest
+import trio
+import trio.testing
+
+from runtime import MemoryStore, Runtime, open_runtime
+from runtime.agents import (
+    Agent,
+    CheckpointOptions,
+    ModelRequest,
+    ModelResponse,
+    RequestedCall,
+    Runner,
+    RunResult,
+    RunStopped,
+    ToolResult,
+    checkpoints,
+    function_tool,
+    request_stop,
+)
+
+WORKER = pathlib.Path(__file__).with_name("stop_worker.py")
+
+
+@pytest.fixture
+async def rt(tmp_path: pathlib.Path) -> AsyncIterator[Runtime]:
+    """A runtime on a SQLite file."""
+    async with open_runtime(tmp_path / "stop.db") as runtime:
+        yield runtime
+
+
+class Slow:
+    """A model that calls ``look`` once, then blocks on its second request until
+    released; a tool body that can be held open."""
+
+    def __init__(self) -> None:
+        self.asked = trio.Event()
+        self.release = trio.Event()
+        self.requests = 0
+        self.tool_entered = trio.Event()
+        self.tool_release = trio.Event()
+        self.hold_tool = False
+
+        @function_tool
+        async def look() -> str:
+            """Look around."""
+            self.tool_entered.set()
+            if self.hold_tool:
+                await self.tool_release.wait()
+            return "seen"
+
+        self.tools = (look,)
+
+    async def respond(self, request: ModelRequest) -> ModelResponse:
+        self.requests += 1
+        if not any(isinstance(m, ToolResult) for m in request.messages):
+            await trio.lowlevel.checkpoint()
+            return ModelResponse(tool_calls=(RequestedCall("look", {}, "c1"),))
+        self.asked.set()
+        await self.release.wait()
+        return ModelResponse("done")
+
+
+def _agent(model: Slow) -> Agent:
+    return Agent("a", "x", model=model, tools=model.tools)
+
+
+async def test_a_stop_cancels_the_model_request_and_keeps_completed_turns(rt: Runtime) -> None:
+    """A stop while the model is asked: the request is abandoned, the run returns
+    interrupted with the reason, its checkpoint keeps the finished tool turn; re-issuing
+    the run resumes and completes it."""
+    model = Slow()
+    options = CheckpointOptions(checkpoints(rt), "r")
+    result: list[RunResult] = []
+
+    async def host() -> None:
+        result.append(await Runner.run(_agent(model), "go", runtime=rt, checkpoint=options))
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(host)
+        await model.asked.wait()
+        outcome = await request_stop(rt, "r", by="ops", reason="maintenance")
+        assert outcome.requested
+    assert result[0].status == "interrupted"
+    assert result[0].stop_reason is not None
+    assert "maintenance" in result[0].stop_reason
+    snap = await checkpoints(rt).load("r")
+    assert snap is not None
+    assert snap.head.status == "interrupted"
+    assert snap.head.error is not None
+    assert "maintenance" in str(snap.head.error["message"])
+    assert [e.output for e in snap.entries if isinstance(e, ToolResult)] == ["seen"]
+    model.release.set()
+    done = await Runner.run(_agent(model), "go", runtime=rt, checkpoint=options)
+    assert done.status == "completed"
+    assert done.output == "done"
+
+
+async def test_a_stop_never_cuts_a_started_tool_body() -> None:
+    """A stop while a tool body runs: the body finishes and its result is saved; the run
+    stops before the next model request. (A MemoryStore runtime: no threads, so "every
+    task is blocked" means the host has seen the request.)"""
+    async with open_runtime(MemoryStore()) as rt:
+        await _stop_during_tool(rt)
+
+
+async def _stop_during_tool(rt: Runtime) -> None:
+    model = Slow()
+    model.hold_tool = True
+    options = CheckpointOptions(checkpoints(rt), "r")
+    seen: list[object] = []
+
+    async def host() -> None:
+        agent = _agent(model)
+        async with Runner.run_streamed(agent, "go", runtime=rt, checkpoint=options) as events:
+            seen.extend([e async for e in events])
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(host)
+        await model.tool_entered.wait()
+        assert (await request_stop(rt, "r", by="ops", reason="now")).requested
+        await trio.testing.wait_all_tasks_blocked()  # the tail delivered it; the body runs on
+        assert not model.tool_release.is_set()
+        model.tool_release.set()
+        model.release.set()  # were the stop missed, the run would finish instead
+    assert isinstance(seen[-1], RunStopped)
+    assert model.requests == 1
+    snap = await checkpoints(rt).load("r")
+    assert snap is not None
+    assert snap.head.status == "interrupted"
+    assert [e.output for e in snap.entries if isinstance(e, ToolResult)] == ["seen"]
+
+
+async def test_a_stop_of_a_run_that_is_not_running_is_answered_plainly(rt: Runtime) -> None:
+    """A finished run, or one that no host holds, gets its state back; nothing is written."""
+    model = Slow()
+    model.release.set()
+    await Runner.run(
+        _agent(model), "go", runtime=rt, checkpoint=CheckpointOptions(checkpoints(rt), "r")
+    )
+    finished = await request_stop(rt, "r", by="ops", reason="late")
+    assert (finished.requested, finished.status) == (False, "completed")
+    snap = await checkpoints(rt).load("r")
+    assert snap is not None
+    await checkpoints(rt).append("orphan", [], snap.head.__class__("a"))  # running, no host
+    orphan = await request_stop(rt, "orphan", by="ops", reason="late")
+    assert (orphan.requested, orphan.status) == (False, "running")
+    ids = {i.id for i in await rt.list_sessions(include_internal=True)}
+    assert not [i for i in ids if i.startswith("tidelog/ctl/")]
+
+
+def test_a_run_in_a_child_process_is_stopped_from_the_parent(tmp_path: pathlib.Path) -> None:
+    """A host process runs until its model hangs; the parent asks it to stop: the child
+    ends the run interrupted within the bound, its finished turn kept."""
+    db = tmp_path / "stop.db"
+    child = subprocess.Popen(
+        [sys.executable, str(WORKER), str(db)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert child.stdout is not None
+        assert child.stdout.readline().strip() == "asking"
+
+        async def stop() -> bool:
+            async with open_runtime(db) as rt:
+                return (await request_stop(rt, "r", by="parent", reason="enough")).requested
+
+        assert trio.run(stop)
+        out, err = child.communicate(timeout=30)
+        assert child.returncode == 0, err
+    finally:
+        if child.poll() is None:
+            child.kill()
+            child.wait()
+    summary = json.loads(out.strip().splitlines()[-1])
+    assert summary["status"] == "interrupted"
+    assert "enough" in summary["reason"]
+
+    async def check() -> None:
+        async with open_runtime(db) as rt:
+            snap = await checkpoints(rt).load("r")
+            assert snap is not None
+            assert snap.head.status == "interrupted"
+            assert [e.output for e in snap.entries if isinstance(e, ToolResult)] == ["seen"]
+
+    trio.run(check)
