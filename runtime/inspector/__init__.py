@@ -35,7 +35,8 @@ __all__ = [
 
 def build_app(rt: Runtime, **options: Any) -> Starlette:
     """The inspector's ASGI app on ``rt`` (the options of :func:`serve_inspector`, less
-    host and port; ``token_for_reads`` and ``allowed_hosts`` as the server sets them).
+    host and port; ``token_for_reads``, ``allowed_hosts`` and ``nursery`` -- where the
+    shared live feeds run -- as the server sets them).
 
     Raises: :class:`ImportError` with the install hint without the ``inspector`` extra."""
     require_extra()

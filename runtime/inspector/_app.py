@@ -1,7 +1,7 @@
 """The inspector's web application: the JSON API, the event stream and the page's
 static files, as one Starlette app on a runtime (served by :mod:`._serving`).
 
-Every route reads through the public runtime API. Write routes (:data:`WRITE_ROUTES`)
+Every route reads through the public runtime API. The write routes (``_write_routes``)
 answer only when writes are enabled, and only with the token in a request header.
 """
 
