@@ -41,6 +41,7 @@ from stores import (
     SessionOwnedError,
     Store,
     StoredEvent,
+    Synchronous,
     TidelogError,
     UnwrittenError,
     check_seq,
@@ -50,8 +51,6 @@ from stores import (
 from stores._checks import check_list_args
 from stores._records import MAX_ID_LENGTH, check_count, check_flag, validate_header
 from stores._urls import open_store
-from stores.sqlite._schema import Synchronous
-from stores.sqlite._schema import check_options as check_sqlite_options
 
 from ._folding import Watch
 from ._groups import plain_errors
@@ -112,7 +111,7 @@ class Runtime:
         writer: GroupCommitWriter,
         read_lane: StoreLane,
         hub: ChangeHub,
-        wal_checkpointer: WalCheckpointer,
+        wal_checkpointer: WalCheckpointer | None,
         services: trio.Nursery,
     ) -> None:
         self._supervisor = supervisor
@@ -498,11 +497,12 @@ class Runtime:
 
     def statistics(self) -> RuntimeStatistics:
         """Counters of the group-commit writer and the actor registry."""
+        wal = self._wal_checkpointer
         return RuntimeStatistics(
             len(self._supervisor),
             self._writer.statistics(),
-            self._wal_checkpointer.checkpoints,
-            self._wal_checkpointer.failures,
+            wal.checkpoints if wal is not None else 0,
+            wal.failures if wal is not None else 0,
         )
 
     # -- internals shared by handles, snapshots and tails ----------------------------------
@@ -614,22 +614,13 @@ def _list_public(
 
 
 def _check_options(
-    synchronous: object,
-    busy_timeout_ms: object,
     lease_ttl: object,
     idle_timeout: object,
     batch_window: object,
     poll_interval: object,
     publish_statistics: object = None,
 ) -> None:
-    check_sqlite_options(
-        synchronous=synchronous,
-        checkpoints="auto",
-        busy_timeout_ms=busy_timeout_ms,
-        integrity_check=False,
-        read_only=False,
-        length_limit=None,
-    )
+    """The runtime's own options (the store's are checked by the backend that opens)."""
     for name, value, low in (
         ("lease_ttl", lease_ttl, 0.0),
         ("idle_timeout", idle_timeout, -1.0),
@@ -693,8 +684,6 @@ async def open_runtime(
     :class:`~stores.StoreCorruptError`...).
     """
     _check_options(
-        synchronous,
-        busy_timeout_ms,
         lease_ttl,
         idle_timeout,
         batch_window,
@@ -814,11 +803,12 @@ async def _running(
     not be written are raised here (with the body's own exception, if any); lesser exit
     failures go to ``cleanup_errors``."""
     hub = ChangeHub(read_lane, poll_interval=poll_interval)
-    wal = WalCheckpointer(write_lane)
+    wal = WalCheckpointer(write_lane) if write_lane.store.capabilities.wal_upkeep else None
 
     def on_commit(changed: set[str]) -> None:
         hub.notify(changed)
-        wal.poke()
+        if wal is not None:
+            wal.poke()
 
     writer = GroupCommitWriter(write_lane, batch_window=batch_window, on_commit=on_commit)
     unwritten: list[UnwrittenError] = []
@@ -837,13 +827,12 @@ async def _running(
                 )
                 runtime = Runtime(supervisor, writer, read_lane, hub, wal, services.nursery)
                 services.nursery.start_soon(writer.run)
-                services.nursery.start_soon(wal.run)
+                if wal is not None:
+                    services.nursery.start_soon(wal.run)
                 services.nursery.start_soon(hub.run_poller)
                 services.nursery.start_soon(supervisor.run_heartbeat)
                 publisher = None
-                if publish_statistics is not None and not getattr(
-                    write_lane.store, "read_only", False
-                ):
+                if publish_statistics is not None and not write_lane.store.read_only:
                     publisher = StatisticsPublisher(runtime, publish_statistics)
                     services.nursery.start_soon(publisher.run)
                 try:
@@ -863,11 +852,12 @@ async def _running(
         raise
     finally:
         # Every task has ended, so the checkpointer's lane is idle: close it.
-        with trio.CancelScope(shield=True):
-            try:
-                await wal.aclose()
-            except TidelogError as exc:
-                cleanup_errors.append(exc)
+        if wal is not None:
+            with trio.CancelScope(shield=True):
+                try:
+                    await wal.aclose()
+                except TidelogError as exc:
+                    cleanup_errors.append(exc)
         if unwritten:
             _raise_exit_errors(unwritten, failure)
 
