@@ -4,10 +4,10 @@ Every call into a blocking store (SQLite) runs in the lane's own worker thread, 
 at a time, never on the trio thread: one owner per connection. Callers batch their work
 so that one call is one thread hop. The lane keeps one thread for its whole life instead
 of borrowing one per call (``trio.to_thread``): a hop then costs a queue put, a park and
-one wake-up -- measured ~25 us less per hop than ``to_thread.run_sync`` with a
-``CapacityLimiter(1)``, most of it on the trio thread, which matters when every awaited
-append is a hop of its own. A non-blocking store (``store.blocking`` is False, e.g.
-memory) is called inline.
+one wake-up, less than ``to_thread.run_sync`` with a ``CapacityLimiter(1)`` and mostly
+off the trio thread, which matters when every awaited append is a hop of its own (W2).
+A non-blocking store (``store.capabilities.blocking`` is False, e.g. memory) is called
+inline.
 
 Cancellation: a call still queued can be cancelled (it never runs); a call that has
 started in the thread always runs to completion and its result (or exception) is
@@ -70,7 +70,7 @@ class StoreLane:
     def __init__(self, store: Store, *, name: str) -> None:
         self.store = store
         self.name = name
-        self._inline = not getattr(store, "blocking", True)
+        self._inline = not store.capabilities.blocking
         self._calls: queue.SimpleQueue[_Call | None] | None = None
         self._stopped = False
         self.calls = 0

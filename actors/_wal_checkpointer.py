@@ -11,14 +11,17 @@ Durability is unchanged: a commit is durable (or not yet) in the WAL exactly as 
 The writer restarts the WAL at a commit that finds it completely checkpointed (after any
 pause in writing); under a continuous stream of commits the commit that leaves
 :data:`stores.sqlite._store.CHECKPOINT_FALLBACK_PAGES` frames finishes the job itself (copying
-only what this task has not), so the WAL stays bounded regardless.
+only what this task has not), so the WAL stays bounded regardless. The runtime runs it
+only for a store whose :class:`~stores.Capabilities` declare ``wal_upkeep``.
 """
 
 from __future__ import annotations
 
+from typing import cast
+
 import trio
 
-from stores import Store, TidelogError
+from stores import InvalidArgumentError, Store, TidelogError, WalUpkeep
 
 from ._lane import StoreLane
 
@@ -30,16 +33,22 @@ THRESHOLD = 1000
 
 
 class WalCheckpointer:
-    """Runs checkpoints for the store behind ``writer_lane``. Run :meth:`run` in a nursery;
-    call :meth:`poke` after each commit; :meth:`aclose` after the task ended.
+    """Runs checkpoints for the store behind ``writer_lane``, which must declare
+    ``wal_upkeep`` in its capabilities (else :class:`~stores.InvalidArgumentError`). Run
+    :meth:`run` in a nursery; call :meth:`poke` after each commit; :meth:`aclose` after
+    the task ended.
 
     Its connection is a clone of the writer's store, opened at the first checkpoint (a
     runtime whose WAL never grows never opens it).
     """
 
     def __init__(self, writer_lane: StoreLane, *, threshold: int = THRESHOLD) -> None:
+        if not writer_lane.store.capabilities.wal_upkeep:
+            raise InvalidArgumentError("this store does not leave WAL checkpoints to its owner")
         self._writer_lane = writer_lane
         self._source: Store = writer_lane.store
+        #: The writer's handle as what its capabilities declare it to be.
+        self._upkeep = cast(WalUpkeep, writer_lane.store)
         self.threshold = threshold
         self._lane: StoreLane | None = None
         self._wake = trio.Event()
@@ -52,7 +61,7 @@ class WalCheckpointer:
     def poke(self) -> None:
         """Start a checkpoint if the WAL grew by :attr:`threshold` frames since the last
         one and none is running. Not a checkpoint; cheap (reads one attribute)."""
-        pages = self._source.wal_pages
+        pages = self._upkeep.wal_pages
         if pages < self._covered:
             self._covered = 0  # the WAL was restarted
         if pages - self._covered >= self.threshold and not self._running:
@@ -69,7 +78,8 @@ class WalCheckpointer:
             self._running = True
             try:
                 lane = self._lane or await self._open_lane()
-                self._covered = await lane.run(lane.store.checkpoint_wal)
+                clone = cast(WalUpkeep, lane.store)  # a clone of a WalUpkeep store
+                self._covered = await lane.run(clone.checkpoint_wal)
                 self.checkpoints += 1
             except TidelogError:
                 self.failures += 1

@@ -96,9 +96,9 @@ class GroupCommitWriter:
         #: Set when the runtime closes (stops) the writer on purpose.
         self.closed = False
         #: A non-blocking store (memory), called on the event loop (see StoreLane).
-        self._inline = not getattr(lane.store, "blocking", True)
-        #: A store that fsyncs every commit (SQLite ``synchronous="full"``).
-        self._every_commit_syncs = getattr(lane.store, "synchronous", None) == "full"
+        self._inline = not lane.store.capabilities.blocking
+        #: A store that fsyncs every commit (``synchronous="full"``).
+        self._every_commit_syncs = lane.store.capabilities.syncs_every_commit
         self._next_batch = 1
         #: A caller leads the next batch (see :meth:`try_lead`): submissions only mark
         #: their actor dirty; ``_lead_urgent`` remembers whether one was urgent.

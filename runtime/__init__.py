@@ -39,9 +39,10 @@ from stores import (
 
 from ._folding import Watch
 from ._handles import SessionReader, SessionWriter
+from ._opening import open_runtime
 from ._projections import Projection, StatsProjection
 from ._published import STATISTICS_PREFIX, PublishedStatistics, published_statistics
-from ._runtime import INTERNAL_PREFIX, Runtime, RuntimeStatistics, open_runtime
+from ._runtime import INTERNAL_PREFIX, Runtime, RuntimeStatistics
 from ._snapshot import Snapshot
 from ._tail import Tail
 

@@ -10,18 +10,16 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any, final
 
-from stores import JSON, Pin, Store, TidelogError
-from stores._records import decode_json, encode_json
+from stores import JSON, Pin, SessionNotFoundError, Store, TidelogError, decode_json, encode_json
 
+from ._constructors import NoPublicConstructor
+from ._engine import Engine
 from ._projections import Projection
+from ._tail import Tail, new_tail
 
-if TYPE_CHECKING:
-    from ._runtime import Runtime
-    from ._tail import Tail
-
-__all__ = ["CACHE_EVERY", "Watch", "fold_states", "fold_values"]
+__all__ = ["CACHE_EVERY", "Watch", "fold_states", "fold_values", "new_watch"]
 
 logger = logging.getLogger("tidelog")
 
@@ -55,19 +53,19 @@ def _fold_page(
 
 
 async def fold_values(
-    runtime: Runtime, pin: Pin, projections: Sequence[Projection]
+    engine: Engine, pin: Pin, projections: Sequence[Projection]
 ) -> dict[str, Any]:
     """``{name: view}`` of every projection folded exactly up to ``pin.as_of_seq``."""
-    states = await fold_states(runtime, pin, projections)
+    states = await fold_states(engine, pin, projections)
     return {p.name: p.view(s) for p, s in zip(projections, states, strict=True)}
 
 
-async def fold_states(runtime: Runtime, pin: Pin, projections: Sequence[Projection]) -> list[JSON]:
+async def fold_states(engine: Engine, pin: Pin, projections: Sequence[Projection]) -> list[JSON]:
     """The states of ``projections`` folded exactly up to ``pin.as_of_seq``, starting
     from their newest valid caches; leaves new caches behind after long folds."""
-    lane = runtime._read_lane
+    view = engine.store
     wanted = [(p.name, p.version) for p in projections]
-    cached = await lane.run(_load, lane.store, pin.session_id, wanted)
+    cached = await view.reading(_load, pin.session_id, wanted)
     states: list[JSON] = []
     starts: list[int] = []
     for projection in projections:
@@ -80,7 +78,7 @@ async def fold_states(runtime: Runtime, pin: Pin, projections: Sequence[Projecti
             starts.append(0)
     cursor = min(starts, default=pin.as_of_seq)
     while cursor < pin.as_of_seq:
-        cursor = await lane.run(_fold_page, lane.store, pin, cursor, projections, states, starts)
+        cursor = await view.reading(_fold_page, pin, cursor, projections, states, starts)
     stale = [
         (p.name, p.version, s)
         for p, s, start in zip(projections, states, starts, strict=True)
@@ -88,31 +86,38 @@ async def fold_states(runtime: Runtime, pin: Pin, projections: Sequence[Projecti
     ]
     if stale:
         saved = [(name, version, encode_json(state)) for name, version, state in stale]
-        runtime._background(_save_caches, runtime, pin, saved)
+        engine.background(_save_caches, engine, pin, saved)
     return states
 
 
-async def _save_caches(runtime: Runtime, pin: Pin, saved: list[tuple[str, int, str]]) -> None:
+async def _save_caches(engine: Engine, pin: Pin, saved: list[tuple[str, int, str]]) -> None:
     """Write projection caches through the writer lane; a failure is only logged."""
-    lane = runtime._supervisor.lane
 
     def save(store: Store) -> None:
         for name, version, state_json in saved:
             store.save_projection(pin, name, version, state_json)
 
     try:
-        await lane.run(save, lane.store)
+        await engine.store.writing(save)
     except TidelogError as exc:
         logger.warning("projection cache of %s not saved: %r", pin.session_id, exc)
 
 
-class Watch:
+def new_watch(engine: Engine, session_id: str, projection: Projection) -> Watch:
+    """A watch of ``projection`` on ``session_id`` (``Runtime.watch``)."""
+    return Watch._create(engine, session_id, projection)
+
+
+@final
+class Watch(metaclass=NoPublicConstructor):
     """``async for value in rt.watch(id, name)``: the projection's value now, then again
     each time a committed event changes it. Raises :class:`SnapshotExpiredError` if the
-    session is truncated below what was folded or deleted; cancel to stop."""
+    session is truncated below what was folded or deleted,
+    :class:`SessionNotFoundError` if it does not exist when the watch starts; cancel to
+    stop."""
 
-    def __init__(self, runtime: Runtime, session_id: str, projection: Projection) -> None:
-        self._runtime = runtime
+    def __init__(self, engine: Engine, session_id: str, projection: Projection) -> None:
+        self._engine = engine
         self.session_id = session_id
         self._projection = projection
         self._state: JSON = None
@@ -123,12 +128,14 @@ class Watch:
         return self
 
     async def __anext__(self) -> Any:
-        rt = self._runtime
         if self._tail is None:
-            async with rt.snapshot(self.session_id) as snap:
-                [self._state] = await fold_states(rt, snap._pin, [self._projection])
+            engine = self._engine
+            pin = await engine.store.pin(self.session_id)
+            if pin is None:
+                raise SessionNotFoundError(self.session_id)
+            [self._state] = await fold_states(engine, pin, [self._projection])
             self._last = _copy(self._projection.view(self._state))
-            self._tail = rt.tail(self.session_id, since_seq=snap.as_of_seq)
+            self._tail = new_tail(engine, self.session_id, pin.as_of_seq)
             return _copy(self._last)
         while True:
             event = await self._tail.__anext__()

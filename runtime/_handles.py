@@ -1,29 +1,67 @@
-"""Session handles: a writer (``SessionWriter``) and any number of readers."""
+"""Session handles: a writer (``SessionWriter``) and any number of readers, made by the
+runtime (:func:`new_writer`, :func:`new_reader`) on its engine."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from collections.abc import Mapping, Sequence
+from typing import final
 
 import trio
 
-from actors import SessionActor
+from actors import GroupWrite, SessionActor
 from stores import (
     ClosedError,
+    InvalidArgumentError,
     NewEvent,
+    PreparedEvent,
     StoredEvent,
     check_seq,
     prepare_events,
     validate_session_id,
 )
 
-if TYPE_CHECKING:
-    from ._runtime import Runtime
+from ._constructors import NoPublicConstructor
+from ._engine import Engine
 
-__all__ = ["SessionReader", "SessionWriter"]
+__all__ = ["SessionReader", "SessionWriter", "append_atomic", "new_reader", "new_writer"]
 
 
-class SessionWriter:
+def new_writer(engine: Engine, actor: SessionActor, *, exclusive: bool) -> SessionWriter:
+    """A writer handle on ``actor`` (``Runtime.open_session``)."""
+    return SessionWriter._create(engine, actor, exclusive=exclusive)
+
+
+def new_reader(engine: Engine, session_id: str) -> SessionReader:
+    """A read handle of ``session_id`` (``Runtime.open_session(id, "read")``)."""
+    return SessionReader._create(engine, session_id)
+
+
+async def append_atomic(
+    engine: Engine,
+    appends: Mapping[SessionWriter, Sequence[NewEvent]],
+    expected_heads: Mapping[SessionWriter, int] | None,
+) -> dict[str, int]:
+    """``Runtime.append_atomic``: one group write over the handles' actors."""
+    engine.check_open()
+    expected = dict(expected_heads or {})
+    parts: list[tuple[SessionActor, Sequence[PreparedEvent], int | None]] = []
+    for handle, events in appends.items():
+        if not isinstance(handle, SessionWriter) or handle._engine is not engine:
+            raise InvalidArgumentError("append_atomic takes writer handles of this runtime")
+        head = expected.pop(handle, None)
+        if head is not None:
+            check_seq(head, "expected_heads")
+        parts.append((handle._live_actor(), prepare_events(events), head))
+    if expected:
+        raise InvalidArgumentError("expected_heads names a handle that appends nothing")
+    group = GroupWrite.enqueue(parts)
+    with trio.CancelScope(shield=True):
+        heads = await group.wait()
+    return {actor.session_id: head for (actor, _, _), head in zip(parts, heads, strict=True)}
+
+
+@final
+class SessionWriter(metaclass=NoPublicConstructor):
     """A writer of one session (``rt.open_session(id)``).
 
     Sequence numbers are assigned when a write is *accepted*; :meth:`head` is the last
@@ -46,8 +84,8 @@ class SessionWriter:
     :meth:`append_nowait` is not one.
     """
 
-    def __init__(self, runtime: Runtime, actor: SessionActor, *, exclusive: bool) -> None:
-        self._runtime = runtime
+    def __init__(self, engine: Engine, actor: SessionActor, *, exclusive: bool) -> None:
+        self._engine = engine
         self._actor = actor
         self._exclusive = exclusive
         self.session_id = actor.session_id
@@ -142,7 +180,7 @@ class SessionWriter:
         Raises: as :meth:`wait_committed`, and the store error if the barrier itself
         failed (the writes are committed but not yet known durable: call again)."""
         actor = self._live_actor()
-        await self._runtime._flush([actor], strict=True)
+        await self._engine.flush([actor], strict=True)
 
     async def truncate(self, to_seq: int) -> int:
         """Remove events after ``to_seq`` (queued ones included); return how many
@@ -181,8 +219,12 @@ class SessionWriter:
     ) -> list[StoredEvent]:
         """Read committed events (see :meth:`SessionReader.read`)."""
         self._live_actor()
-        return await self._runtime._read(
-            self.session_id, since_seq, until_seq, limit, from_end=from_end
+        return await self._engine.store.read(
+            self.session_id,
+            since_seq=since_seq,
+            until_seq=until_seq,
+            limit=limit,
+            from_end=from_end,
         )
 
     async def aclose(self) -> None:
@@ -199,7 +241,7 @@ class SessionWriter:
             return
         self._closed = True
         with trio.CancelScope(shield=True):
-            await self._runtime._supervisor.close_handle(self._actor, exclusive=self._exclusive)
+            await self._engine.supervisor.close_handle(self._actor, exclusive=self._exclusive)
         await trio.lowlevel.checkpoint_if_cancelled()
 
     async def __aenter__(self) -> SessionWriter:
@@ -209,13 +251,14 @@ class SessionWriter:
         await self.aclose()
 
 
-class SessionReader:
+@final
+class SessionReader(metaclass=NoPublicConstructor):
     """A read handle (``rt.open_session(id, "read")``). Reads never block the writer:
     they run on the runtime's reader connection, and each is one short transaction.
     Its async methods are checkpoints."""
 
-    def __init__(self, runtime: Runtime, session_id: str) -> None:
-        self._runtime = runtime
+    def __init__(self, engine: Engine, session_id: str) -> None:
+        self._engine = engine
         self.session_id = validate_session_id(session_id)
         self._closed = False
 
@@ -237,14 +280,18 @@ class SessionReader:
         Raises: :class:`~stores.InvalidArgumentError` for bad bounds,
         :class:`~stores.ClosedError`, store errors."""
         self._check()
-        return await self._runtime._read(
-            self.session_id, since_seq, until_seq, limit, from_end=from_end
+        return await self._engine.store.read(
+            self.session_id,
+            since_seq=since_seq,
+            until_seq=until_seq,
+            limit=limit,
+            from_end=from_end,
         )
 
     async def head(self) -> int:
         """The committed head (0 if the session is empty or was deleted). One thread hop."""
         self._check()
-        return await self._runtime._head(self.session_id)
+        return await self._engine.store.head(self.session_id)
 
     async def aclose(self) -> None:
         """Close the handle. Idempotent."""

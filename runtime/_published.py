@@ -30,8 +30,17 @@ from typing import TYPE_CHECKING
 import attrs
 import trio
 
-from stores import JSON, NewEvent, SessionOwnedError, Store, TidelogError
-from stores._leases import holder_is_dead, local_holder
+from stores import (
+    JSON,
+    NewEvent,
+    SessionOwnedError,
+    Store,
+    TidelogError,
+    holder_is_dead,
+    local_holder,
+)
+
+from ._engine import StoreView
 
 if TYPE_CHECKING:
     from ._runtime import Runtime
@@ -105,10 +114,12 @@ def published_statistics(store: Store, *, now: float | None = None) -> list[Publ
 
 
 class StatisticsPublisher:
-    """The task that publishes a runtime's statistics (see the module doc)."""
+    """The task that publishes a runtime's statistics (see the module doc): through the
+    public ``runtime``, and its engine's ``store`` view for the record itself."""
 
-    def __init__(self, runtime: Runtime, interval: float) -> None:
+    def __init__(self, runtime: Runtime, store: StoreView, interval: float) -> None:
         self.runtime = runtime
+        self._store = store
         self.interval = interval
         tag = uuid.uuid4().hex[:8]
         self.session_id = f"{STATISTICS_PREFIX}{socket.gethostname()}-{os.getpid()}-{tag}"
@@ -159,21 +170,23 @@ class StatisticsPublisher:
             "published_at": time.time(),
             "statistics": _as_json(attrs.asdict(self.runtime.statistics())),
         }
-        lane = self.runtime._supervisor.lane
-        store = lane.store
-        pin = await lane.run(store.pin, self.session_id)
-        if pin is not None:
-            text = json.dumps(record, separators=(",", ":"), allow_nan=False)
-            await lane.run(store.save_projection, pin, *_RECORD, text)
+        text = json.dumps(record, separators=(",", ":"), allow_nan=False)
+        await self._store.writing(_save_record, self.session_id, text)
 
     async def _remove_stale(self) -> None:
         """Delete the records of runtimes that are gone (a live one's lease refuses)."""
-        lane = self.runtime._read_lane
-        for item in await lane.run(published_statistics, lane.store):
+        for item in await self._store.reading(published_statistics):
             if not item.live:
                 # A live runtime's lease refuses (its record not yet written or refreshed).
                 with contextlib.suppress(SessionOwnedError):
                     await self.runtime.delete(item.session_id)
+
+
+def _save_record(store: Store, session_id: str, text: str) -> None:
+    """In the writer's lane: save ``text`` as the session's statistics record."""
+    pin = store.pin(session_id)
+    if pin is not None:
+        store.save_projection(pin, *_RECORD, text)
 
 
 def _as_json(value: object) -> JSON:

@@ -3,19 +3,24 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any, final
 
 from stores import ClosedError, InvalidArgumentError, Pin, StoredEvent
 
+from ._constructors import NoPublicConstructor
+from ._engine import Engine
 from ._folding import fold_values
 
-if TYPE_CHECKING:
-    from ._runtime import Runtime
-
-__all__ = ["Snapshot"]
+__all__ = ["Snapshot", "new_snapshot"]
 
 
-class Snapshot:
+def new_snapshot(engine: Engine, pin: Pin) -> Snapshot:
+    """A snapshot reading through ``pin`` (``Runtime.snapshot``)."""
+    return Snapshot._create(engine, pin)
+
+
+@final
+class Snapshot(metaclass=NoPublicConstructor):
     """A consistent view of one session as of ``as_of_seq`` (``rt.snapshot(id)``).
 
     Every read returns the same data while writers append: reads are clamped to
@@ -25,8 +30,8 @@ class Snapshot:
     raises :class:`~stores.SnapshotExpiredError` -- never a silent mix of versions.
     """
 
-    def __init__(self, runtime: Runtime, pin: Pin) -> None:
-        self._runtime = runtime
+    def __init__(self, engine: Engine, pin: Pin) -> None:
+        self._engine = engine
         self._pin = pin
         self.session_id = pin.session_id
         self.as_of_seq = pin.as_of_seq
@@ -41,8 +46,8 @@ class Snapshot:
         :class:`ClosedError` (after the ``async with`` block), store errors."""
         if self._closed:
             raise ClosedError("this snapshot was closed")
-        return await self._runtime._read(
-            self.session_id, since_seq, until_seq, limit, pin=self._pin
+        return await self._engine.store.read(
+            self.session_id, since_seq=since_seq, until_seq=until_seq, limit=limit, pin=self._pin
         )
 
     async def values(self, names: Sequence[str] | None = None) -> dict[str, Any]:
@@ -54,12 +59,14 @@ class Snapshot:
         name), :class:`ClosedError`."""
         if self._closed:
             raise ClosedError("this snapshot was closed")
-        registered = self._runtime._projections
+        registered = self._engine.projections
         wanted = list(registered) if names is None else list(names)
         unknown = [n for n in wanted if n not in registered]
         if unknown:
             raise InvalidArgumentError(f"no projection named {unknown[0]!r}")
-        return await fold_values(self._runtime, self._pin, [registered[n] for n in wanted])
+        return await fold_values(self._engine, self._pin, [registered[n] for n in wanted])
 
     def close(self) -> None:
+        """End the snapshot: later reads raise :class:`ClosedError` (the ``async with``
+        block's exit does this)."""
         self._closed = True

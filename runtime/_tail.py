@@ -3,14 +3,14 @@
 from __future__ import annotations
 
 from collections import deque
-from typing import TYPE_CHECKING
+from typing import final
 
 from stores import Pin, Store, StoredEvent
 
-if TYPE_CHECKING:
-    from ._runtime import Runtime
+from ._constructors import NoPublicConstructor
+from ._engine import Engine
 
-__all__ = ["Tail"]
+__all__ = ["PAGE_SIZE", "Tail", "new_tail"]
 
 #: Events read per page: a slow tailer holds at most one page in memory.
 PAGE_SIZE = 256
@@ -36,7 +36,13 @@ def _tail_page(
     return page, fresh
 
 
-class Tail:
+def new_tail(engine: Engine, session_id: str, since_seq: int) -> Tail:
+    """A tail of ``session_id`` after ``since_seq`` (``Runtime.tail``, ``Watch``)."""
+    return Tail._create(engine, session_id, since_seq)
+
+
+@final
+class Tail(metaclass=NoPublicConstructor):
     """``async for event in rt.tail(id, since_seq=0)``: committed events in seq order,
     no gaps, no duplicates, then new ones as they are committed -- by this process (woken
     at once) or by another (found by polling ``PRAGMA data_version``).
@@ -49,8 +55,8 @@ class Tail:
     Cancel it (or break out of the loop) to stop.
     """
 
-    def __init__(self, runtime: Runtime, session_id: str, since_seq: int) -> None:
-        self._runtime = runtime
+    def __init__(self, engine: Engine, session_id: str, since_seq: int) -> None:
+        self._engine = engine
         self.session_id = session_id
         self.cursor = since_seq
         self._pin: Pin | None = None
@@ -60,16 +66,16 @@ class Tail:
         return self
 
     async def __anext__(self) -> StoredEvent:
-        rt = self._runtime
+        engine = self._engine
         while not self._buffer:
-            rt._check_open()
-            changed = rt._hub.watch(self.session_id)
-            page, self._pin = await rt._read_lane.run(
-                _tail_page, rt._read_lane.store, self.session_id, self.cursor, self._pin, PAGE_SIZE
+            engine.check_open()
+            changed = engine.hub.watch(self.session_id)
+            page, self._pin = await engine.store.reading(
+                _tail_page, self.session_id, self.cursor, self._pin, PAGE_SIZE
             )
             if page:
                 self._buffer.extend(page)
                 self.cursor = page[-1].seq
                 break
-            await rt._hub.wait(changed)
+            await engine.hub.wait(changed)
         return self._buffer.popleft()

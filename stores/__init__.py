@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING
 from ._contract import (
     AppendOp,
     BatchResult,
+    Capabilities,
     DeleteOp,
     GroupOp,
     ListOrder,
@@ -23,7 +24,9 @@ from ._contract import (
     ReplaceOp,
     RestoreOp,
     Store,
+    Synchronous,
     TruncateOp,
+    WalUpkeep,
     WriteOp,
 )
 from ._errors import (
@@ -88,6 +91,7 @@ __all__ = [
     "AppendOp",
     "BatchResult",
     "BrokenError",
+    "Capabilities",
     "ChangeListener",
     "ClosedError",
     "CommitPendingError",
@@ -122,10 +126,12 @@ __all__ = [
     "StoreIOError",
     "StoreKind",
     "StoredEvent",
+    "Synchronous",
     "TidelogError",
     "TruncateOp",
     "UnsupportedFormatError",
     "UnwrittenError",
+    "WalUpkeep",
     "WriteOp",
     "check_count",
     "check_flag",

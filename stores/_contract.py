@@ -1,4 +1,4 @@
-"""The Store contract: what every backend (memory, SQLite, later PostgreSQL) provides.
+"""The Store contract: what every backend (memory, SQLite, JSONL, PostgreSQL) provides.
 
 A store is *synchronous* and knows nothing of trio. Each instance serialises its own calls
 with a lock, so it is safe to call from several threads, but the runtime gives every
@@ -27,6 +27,7 @@ from ._records import (
 __all__ = [
     "AppendOp",
     "BatchResult",
+    "Capabilities",
     "DeleteOp",
     "GroupOp",
     "ListOrder",
@@ -34,9 +35,64 @@ __all__ = [
     "ReplaceOp",
     "RestoreOp",
     "Store",
+    "Synchronous",
     "TruncateOp",
+    "WalUpkeep",
     "WriteOp",
 ]
+
+#: A store's durability setting, for the backends that have one: ``"normal"`` (a commit
+#: survives a process crash; power-loss durability comes with the next flush barrier) or
+#: ``"full"`` (every commit is durable against power loss when it returns).
+Synchronous: TypeAlias = Literal["normal", "full"]
+
+
+@attrs.frozen(kw_only=True)
+class Capabilities:
+    """What a store handle declares about itself (:attr:`Store.capabilities`): the
+    actors and the runtime read it instead of probing the store for attributes, and
+    :mod:`stores.conformance` checks it against the store's behaviour.
+
+    ``durable``: committed data survives closing the store and reopening it.
+    ``blocking``: calls may block on I/O, so the runtime runs them in a worker thread; a
+    non-blocking store (memory) is called inline on the event loop.
+    ``syncs_every_commit``: every commit is already durable against power loss when it
+    returns (SQLite, JSONL or PostgreSQL with ``synchronous="full"``), so the writer
+    needs no separate barrier for a flush.
+    ``change_feed``: the store pushes other handles' commits: it has a ``listen()`` method
+    returning a :class:`~stores._listening.ChangeListener` (the :class:`ChangeFeed
+    <stores._listening.ChangeFeed>` protocol); without one, changes are found by polling
+    :meth:`Store.data_version`.
+    ``wal_upkeep``: the store leaves its write-ahead log's checkpoints to its owner
+    (SQLite with ``checkpoints="deferred"``): it is a :class:`WalUpkeep`, and the runtime
+    runs its WAL checkpointer only for such a store.
+    ``immutable``: a read-only handle that reads the data as a file nobody writes (SQLite
+    without a ``-wal``: no locks); implies ``read_only``.
+    """
+
+    durable: bool
+    blocking: bool
+    syncs_every_commit: bool = False
+    change_feed: bool = False
+    wal_upkeep: bool = False
+    immutable: bool = False
+
+
+@runtime_checkable
+class WalUpkeep(Protocol):
+    """What a store whose :attr:`Capabilities.wal_upkeep` is True adds to :class:`Store`."""
+
+    #: Frames in the store's write-ahead log after this handle's last commit; the owner
+    #: calls :meth:`checkpoint_wal` (on another handle) when it grows.
+    wal_pages: int
+
+    def checkpoint_wal(self) -> int:
+        """Copy committed data from the write-ahead log into the main store without waiting
+        for readers or writers (SQLite: a PASSIVE checkpoint); it changes no data and no
+        durability guarantee. Returns how many log frames are checkpointed now (0 when
+        another checkpoint was running). Raises :class:`~stores._errors.ReadOnlyError` on a
+        read-only handle."""
+        ...
 
 
 @attrs.frozen
@@ -194,19 +250,14 @@ class Store(Protocol):
     :class:`~stores._errors.StoreError` subclasses.
     """
 
-    #: True when committed data survives closing the store and reopening it.
-    durable: bool
-    #: True when calls may block on I/O: the runtime then runs them in a worker thread.
-    #: A non-blocking store (memory) is called inline on the event loop.
-    blocking: bool
-    #: Frames in the store's write-ahead log after this handle's last commit, for a store
-    #: that leaves checkpoints to its owner (SQLite with ``checkpoints="deferred"``); 0
-    #: otherwise. The owner calls :meth:`checkpoint_wal` (on any handle) when it grows.
-    wal_pages: int
+    #: What this handle declares about itself (see :class:`Capabilities`).
+    @property
+    def capabilities(self) -> Capabilities: ...
+
     #: True for a handle that only reads (opened with ``read_only=True``, or a clone of
     #: one): every write method -- :meth:`create`, :meth:`append`, :meth:`write_batch`,
     #: :meth:`sync`, :meth:`truncate`, :meth:`delete`, :meth:`fork`, the lease methods,
-    #: :meth:`save_projection`, :meth:`checkpoint_wal` -- raises
+    #: :meth:`save_projection` -- raises
     #: :class:`~stores._errors.ReadOnlyError` before touching storage (after
     #: :class:`~stores._errors.ClosedError` and the argument checks).
     read_only: bool
@@ -394,13 +445,6 @@ class Store(Protocol):
 
     def data_version(self) -> int:
         """A number that changes whenever *another* handle (or process) commits."""
-        ...
-
-    def checkpoint_wal(self) -> int:
-        """Copy committed data from the write-ahead log into the main store without waiting
-        for readers or writers (SQLite: a PASSIVE checkpoint); it changes no data and no
-        durability guarantee. Returns how many log frames are checkpointed now (0 when
-        another checkpoint was running, or the store has no log)."""
         ...
 
     def clone(self, *, read_only: bool | None = None) -> Store:

@@ -1,18 +1,21 @@
 """The optional change feed of a store: how a runtime hears of other hosts' commits.
 
 A store that can push notifications of commits (PostgreSQL's ``LISTEN``/``NOTIFY``)
-offers a ``listen()`` method returning a :class:`ChangeListener`. It is not part of the
-:class:`~stores._contract.Store` contract: a store without it (memory, SQLite) is watched
-by polling :meth:`~stores._contract.Store.data_version` only, and a runtime keeps that
-poller as the fallback even when it listens (see ``actors._changes``).
+declares ``change_feed`` in its :class:`~stores._contract.Capabilities` and offers a
+``listen()`` method returning a :class:`ChangeListener` (:class:`ChangeFeed`). It is not
+part of the :class:`~stores._contract.Store` contract: a store without it (memory, SQLite)
+is watched by polling :meth:`~stores._contract.Store.data_version` only, and a runtime
+keeps that poller as the fallback even when it listens (see ``actors._changes``).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Protocol
+from typing import Protocol, cast
 
-__all__ = ["ChangeListener", "listener_factory"]
+from ._contract import Store
+
+__all__ = ["ChangeFeed", "ChangeListener", "listener_factory"]
 
 
 class ChangeListener(Protocol):
@@ -39,7 +42,17 @@ class ChangeListener(Protocol):
         ...
 
 
-def listener_factory(store: object) -> Callable[[], ChangeListener] | None:
-    """The store's ``listen`` method if it has one (else ``None``: poll only)."""
-    listen = getattr(store, "listen", None)
-    return listen if callable(listen) else None
+class ChangeFeed(Protocol):
+    """What a store whose capabilities declare ``change_feed`` adds to the contract."""
+
+    def listen(self) -> ChangeListener:
+        """A new feed of the store's commits, on a connection of its own."""
+        ...
+
+
+def listener_factory(store: Store) -> Callable[[], ChangeListener] | None:
+    """The store's ``listen`` method if its capabilities declare a change feed (else
+    ``None``: poll only)."""
+    if not store.capabilities.change_feed:
+        return None
+    return cast(ChangeFeed, store).listen

@@ -270,7 +270,7 @@ def cmd_check(args: argparse.Namespace) -> int:
             findings, sessions = trio.run(
                 lambda: run_check(store, kind, quick=args.quick, stop=stop)
             )
-            immutable = bool(getattr(store, "immutable", False))
+            immutable = store.capabilities.immutable
         finally:
             store.close()
     bad = [f for f in findings if f.level != "note"]

@@ -102,7 +102,7 @@ def open_reader(address: str) -> Store:
     so on stderr, since commits made meanwhile by a writer may not be seen."""
     check_database(address, probe=False)
     store = open_store(address, read_only=True)
-    if getattr(store, "immutable", False) and os.path.exists(address + "-wal"):
+    if store.capabilities.immutable and os.path.exists(address + "-wal"):
         print(
             f"tidelog: note: {address} is read as an immutable file: its WAL index cannot be "
             "created here (the directory is not writable for this user), so commits made "

@@ -17,8 +17,9 @@ Usage, in a test module of the backend::
             return MyDurableStore(tmp_path / "data")
 
 The base classes are not named ``Test*`` so pytest only collects them through a subclass.
-Every test is synchronous and pins one behaviour of the contract in ``stores/contract.py``
-(the docstrings there are the specification).
+Every test is synchronous and pins one behaviour of the contract in ``stores/_contract.py``
+(the docstrings there are the specification), including that the store's declared
+:class:`~stores.Capabilities` agree with what it does.
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ import pytest
 from stores import AppendOp, ConflictError, NewEvent, Store
 from stores.conformance._support import _GOOD_PAYLOADS, _events, _prepared, _seqs, _strict_equal
 from stores.conformance.batches import BatchCases
+from stores.conformance.capabilities import CapabilityCases
 from stores.conformance.forks import ForkCases
 from stores.conformance.handles import HandleCases
 from stores.conformance.inputs import InputCases
@@ -55,6 +57,7 @@ class StoreConformance(
     ForkCases,
     ReadOnlyCases,
     RestoreCases,
+    CapabilityCases,
 ):
     """Conformance cases for any :class:`~stores._contract.Store`.
 
@@ -69,8 +72,8 @@ class DurableStoreConformance(StoreConformance):
     """
 
     def test_store_is_durable(self, store: Store) -> None:
-        """A durable backend says so: ``durable`` is True."""
-        assert store.durable is True
+        """A durable backend says so: its capabilities declare ``durable``."""
+        assert store.capabilities.durable is True
 
     def test_reopen_keeps_events_and_heads(self, store: Store, tmp_path: pathlib.Path) -> None:
         """Events (seq, ts, kind, data, run_id) and heads survive reopen."""

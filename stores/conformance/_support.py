@@ -224,7 +224,6 @@ _CLOSED_CALLS: dict[str, Callable[[Store], object]] = {
     "renew_lease": lambda s: s.renew_lease("s", "A", ttl=10.0),
     "release_lease": lambda s: s.release_lease("s", "A"),
     "data_version": lambda s: s.data_version(),
-    "checkpoint_wal": lambda s: s.checkpoint_wal(),
     "clone": lambda s: s.clone(),
 }
 

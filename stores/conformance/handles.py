@@ -71,19 +71,6 @@ class HandleCases(ConformanceBase):
         other.write_batch([AppendOp("t", _prepared(1))])
         assert store.data_version() != middle
 
-    def test_checkpoint_changes_no_data(self, store: Store) -> None:
-        """checkpoint returns a count >= 0, from any handle, and every read is unchanged."""
-        store.append("s", _events(3))
-        other = self._clone(store)
-        before = (store.read("s"), store.stat("s"), store.head("s"))
-        for handle in (store, other):
-            done = handle.checkpoint_wal()
-            assert type(done) is int
-            assert done >= 0
-        assert (store.read("s"), store.stat("s"), store.head("s")) == before
-        assert store.wal_pages >= 0
-        assert store.append("s", _events(1)) == 4
-
     def test_closing_clone_keeps_original_open(self, store: Store) -> None:
         """Closing a clone leaves the original handle usable."""
         other = self._clone(store)

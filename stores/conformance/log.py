@@ -32,9 +32,8 @@ class LogCases(ConformanceBase):
     # -- shape ----------------------------------------------------------------------------
 
     def test_implements_store_protocol(self, store: Store) -> None:
-        """The store satisfies the runtime-checkable Store protocol and has a bool ``durable``."""
+        """The store satisfies the runtime-checkable Store protocol."""
         assert isinstance(store, Store)
-        assert isinstance(store.durable, bool)
 
     def test_new_store_is_empty(self, store: Store) -> None:
         """A new store lists no sessions."""

@@ -43,7 +43,6 @@ _WRITES: dict[str, Callable[[Store], object]] = {
     "renew_leases_empty": lambda s: s.renew_leases("A", [], ttl=10.0),
     "release_lease": lambda s: s.release_lease("s", "A"),
     "save_projection": lambda s: s.save_projection(Pin("s", 2, 1, 0), "p", 1, "{}"),
-    "checkpoint_wal": lambda s: s.checkpoint_wal(),
 }
 
 

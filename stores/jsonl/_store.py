@@ -33,7 +33,6 @@ import os
 import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from typing import Literal
 
 from .._batching import BatchingStore, check_ops, run_batch
 from .._checks import (
@@ -43,7 +42,15 @@ from .._checks import (
     check_list_args,
     check_session_ids,
 )
-from .._contract import BatchResult, DeleteOp, Store, TruncateOp, WriteOp
+from .._contract import (
+    BatchResult,
+    Capabilities,
+    DeleteOp,
+    Store,
+    Synchronous,
+    TruncateOp,
+    WriteOp,
+)
 from .._errors import (
     ClosedError,
     InvalidArgumentError,
@@ -71,9 +78,7 @@ from ._sidecar import persist
 from ._write import BatchFailure, Layout, Txn, new_header
 from ._zstd import ZSTD, require
 
-__all__ = ["JsonlStore", "Synchronous"]
-
-Synchronous = Literal["normal", "full"]
+__all__ = ["JsonlStore"]
 
 #: Writer-side file indexes kept open for sessions this process does not hold.
 _KEEP_WRITERS = 256
@@ -100,9 +105,12 @@ class JsonlStore(Reader, BatchingStore):
     format, left untouched), :class:`~stores._errors.StoreIOError`.
     """
 
-    durable = True
-    blocking = True
-    wal_pages = 0
+    @property
+    def capabilities(self) -> Capabilities:
+        """See :attr:`Store.capabilities`: durable and blocking, no write-ahead log."""
+        return Capabilities(
+            durable=True, blocking=True, syncs_every_commit=self.synchronous == "full"
+        )
 
     def __init__(
         self,
@@ -443,11 +451,6 @@ class JsonlStore(Reader, BatchingStore):
         ]
 
     # -- handles -----------------------------------------------------------------------
-
-    def checkpoint_wal(self) -> int:
-        """See :meth:`Store.checkpoint_wal`: there is no write-ahead log (0)."""
-        with self._writing("checkpoint_wal"):
-            return 0
 
     def clone(self, *, read_only: bool | None = None) -> JsonlStore:
         """Another handle on the same directory (sharing this process's locks)."""

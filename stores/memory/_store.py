@@ -33,6 +33,7 @@ from .._checks import (
 from .._contract import (
     AppendOp,
     BatchResult,
+    Capabilities,
     GroupOp,
     ListOrder,
     Pin,
@@ -104,15 +105,14 @@ class _State:
 
 
 class MemoryStore(MemoryLeases, BatchingStore):
-    """An in-memory :class:`~stores._contract.Store`. ``durable`` is False.
+    """An in-memory :class:`~stores._contract.Store`: not durable, never blocks (the
+    runtime calls it inline on the event loop).
 
     ``read_only=True`` makes a handle whose writes raise
     :class:`~stores._errors.ReadOnlyError`; useful as a clone (``clone(read_only=True)``),
     which reads the data other handles write."""
 
-    durable = False
-    blocking = False
-    wal_pages = 0
+    capabilities = Capabilities(durable=False, blocking=False)
 
     def __init__(self, *, read_only: bool = False) -> None:
         self.read_only = check_flag(read_only, "read_only")
@@ -472,11 +472,6 @@ class MemoryStore(MemoryLeases, BatchingStore):
             if state.version != self._seen_version:
                 self._seen_version = state.version
             return self._seen_version
-
-    def checkpoint_wal(self) -> int:
-        """See :meth:`Store.checkpoint_wal`: memory has no log, so nothing to do (0)."""
-        with self._locked("checkpoint_wal"):
-            return 0
 
     def clone(self, *, read_only: bool | None = None) -> MemoryStore:
         """See :meth:`Store.clone`: a handle sharing this store's data (read-only if this

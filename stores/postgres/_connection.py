@@ -12,7 +12,7 @@ import re
 import urllib.parse
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
-from typing import Any, Literal
+from typing import Any
 
 import attrs
 import psycopg
@@ -20,6 +20,7 @@ from psycopg import errors as pgerrors
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 from psycopg.pq import TransactionStatus
 
+from .._contract import Synchronous
 from .._errors import (
     InvalidArgumentError,
     StoreBusyError,
@@ -34,7 +35,6 @@ __all__ = [
     "MAX_PAYLOAD_BYTES",
     "Link",
     "PgOptions",
-    "Synchronous",
     "advisory_key",
     "channel_name",
     "check_options",
@@ -47,8 +47,6 @@ __all__ = [
     "rows_of",
     "split_url",
 ]
-
-Synchronous = Literal["normal", "full"]
 
 #: A schema name tidelog accepts: lowercase letters, digits and ``_``, not starting with
 #: a digit, at most 63 bytes (PostgreSQL's identifier length): the same name quoted or not.

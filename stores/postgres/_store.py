@@ -47,7 +47,16 @@ from .._checks import (
     check_text,
     prefix_end,
 )
-from .._contract import AppendOp, BatchResult, ListOrder, Pin, Store, WriteOp
+from .._contract import (
+    AppendOp,
+    BatchResult,
+    Capabilities,
+    ListOrder,
+    Pin,
+    Store,
+    Synchronous,
+    WriteOp,
+)
 from .._errors import ClosedError, InvalidArgumentError, ReadOnlyError, StoreIOError
 from .._records import (
     INFO_COLUMNS,
@@ -67,7 +76,6 @@ from . import _ops as pgops
 from ._connection import (
     Link,
     PgOptions,
-    Synchronous,
     channel_name,
     check_options,
     describe_dsn,
@@ -123,10 +131,16 @@ class PostgresStore(BatchingStore):
     (another application's schema, a newer format; left untouched).
     """
 
-    durable = True
-    blocking = True
-    #: PostgreSQL checkpoints its WAL itself: always 0 (see :meth:`checkpoint_wal`).
-    wal_pages = 0
+    @property
+    def capabilities(self) -> Capabilities:
+        """See :attr:`Store.capabilities`: durable, blocking, with a change feed
+        (:meth:`listen`); PostgreSQL checkpoints its WAL itself."""
+        return Capabilities(
+            durable=True,
+            blocking=True,
+            syncs_every_commit=self.synchronous == "full",
+            change_feed=True,
+        )
 
     def __init__(
         self,
@@ -503,12 +517,6 @@ class PostgresStore(BatchingStore):
             pass
         with map_errors("listen"):
             return PgListener(self.options, channel_name(self.schema))
-
-    def checkpoint_wal(self) -> int:
-        """See :meth:`Store.checkpoint_wal`: nothing to do, PostgreSQL checkpoints its own
-        WAL; returns 0."""
-        with self._connection("checkpoint_wal", write=True):
-            return 0
 
     def clone(self, *, read_only: bool | None = None) -> PostgresStore:
         """Another connection to the same store with the same settings; read-only if this

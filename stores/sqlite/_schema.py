@@ -14,10 +14,10 @@ from __future__ import annotations
 import contextlib
 import os
 from collections.abc import Callable
-from typing import Literal
 
 import apsw
 
+from .._contract import Synchronous
 from .._errors import (
     InvalidArgumentError,
     StoreCorruptError,
@@ -35,7 +35,6 @@ __all__ = [
     "MAX_LENGTH_LIMIT",
     "MIGRATIONS",
     "SCHEMA_VERSION",
-    "Synchronous",
     "check_identity",
     "check_integrity",
     "check_options",
@@ -48,8 +47,6 @@ __all__ = [
 APPLICATION_ID = 0x74646C67
 #: The schema version this code writes (``PRAGMA user_version``).
 SCHEMA_VERSION = 4
-
-Synchronous = Literal["normal", "full"]
 
 _SCHEMA = """
 CREATE TABLE sessions(

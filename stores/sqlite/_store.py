@@ -33,9 +33,11 @@ from .._checks import (
 from .._contract import (
     AppendOp,
     BatchResult,
+    Capabilities,
     ListOrder,
     Pin,
     Store,
+    Synchronous,
     WriteOp,
 )
 from .._errors import ClosedError, ReadOnlyError, TidelogError
@@ -58,7 +60,6 @@ from ._lineage import fork_session, ranges_of
 from ._maintenance import SqliteMaintenance
 from ._readonly import ReadOnlyFile, Reread, rereads
 from ._schema import (
-    Synchronous,
     check_options,
     check_path,
     open_connection,
@@ -135,9 +136,6 @@ class SqliteStore(SqliteLeases, SqliteMaintenance, BatchingStore):
     :class:`~stores._errors.StoreIOError`.
     """
 
-    durable = True
-    blocking = True
-
     def __init__(
         self,
         path: str | os.PathLike[str],
@@ -193,6 +191,18 @@ class SqliteStore(SqliteLeases, SqliteMaintenance, BatchingStore):
             self._conn.set_wal_hook(self._note_wal_pages)
         self._unsynced = False
         self._known = sqlops.KnownHeads()
+
+    @property
+    def capabilities(self) -> Capabilities:
+        """See :attr:`Store.capabilities`: durable and blocking; WAL upkeep with
+        ``checkpoints="deferred"`` (a writing handle); immutable while read as such."""
+        return Capabilities(
+            durable=True,
+            blocking=True,
+            syncs_every_commit=self.synchronous == "full",
+            wal_upkeep=self.checkpoints == "deferred" and not self.read_only,
+            immutable=self.immutable,
+        )
 
     # apsw's WAL hook signature (the connection and database name are not needed here).
     def _note_wal_pages(self, conn: apsw.Connection, name: str, pages: int) -> int:  # noqa: ARG002
@@ -449,7 +459,7 @@ class SqliteStore(SqliteLeases, SqliteMaintenance, BatchingStore):
     # -- maintenance, handles ----------------------------------------------------------
 
     def checkpoint_wal(self) -> int:
-        """See :meth:`Store.checkpoint_wal`: a PASSIVE WAL checkpoint on this connection."""
+        """See :meth:`WalUpkeep.checkpoint_wal`: a PASSIVE WAL checkpoint on this connection."""
         with self._connection("checkpoint_wal", write=True) as conn:
             return self._checkpoint(conn)
 

@@ -10,13 +10,13 @@ import trio
 import trio.testing
 
 from actors._lane import StoreLane
-from stores import ClosedError, MemoryStore
+from stores import Capabilities, ClosedError, MemoryStore
 
 
 class _Blocking(MemoryStore):
     """A MemoryStore the lane treats as blocking, so calls go through its thread."""
 
-    blocking = True
+    capabilities = Capabilities(durable=False, blocking=True)
 
 
 @pytest.fixture

@@ -180,7 +180,7 @@ async def test_runtime_recovers_when_its_writer_connection_is_killed(
     async with host(batch_window=0) as rt, rt.open_session("s") as w:
         for i in range(60):
             if i in (20, 40):
-                _terminate(pg_schema[0], rt._writer.lane.store.backend_pid)  # type: ignore[attr-defined]
+                _terminate(pg_schema[0], rt._engine.write_store.backend_pid)  # type: ignore[attr-defined]
             try:
                 accepted.append(await w.append([ev(i)]))
             except CommitPendingError as exc:
@@ -221,9 +221,9 @@ async def test_hosts_recover_when_the_server_drops_every_connection(
 
         def pids() -> list[int | None]:
             return [
-                rt._writer.lane.store.backend_pid  # type: ignore[attr-defined]
+                rt._engine.write_store.backend_pid  # type: ignore[attr-defined]
                 for rt in (reader, writer)
-            ] + [rt._read_lane.store.backend_pid for rt in (reader, writer)]  # type: ignore[attr-defined]
+            ] + [rt._engine.read_store.backend_pid for rt in (reader, writer)]  # type: ignore[attr-defined]
 
         async with trio.open_nursery() as nursery:
             nursery.start_soon(follow)

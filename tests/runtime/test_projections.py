@@ -83,7 +83,7 @@ async def test_late_registration_folds_existing_log(rt: Runtime) -> None:
 
 
 async def _checkpoint_saved(rt: Runtime, name: str, version: int) -> tuple[int, str] | None:
-    store = rt._read_lane.store
+    store = rt._engine.read_store
     for _ in range(100):
         found = await trio.to_thread.run_sync(store.load_projection, "s", name, version)
         if found is not None:

@@ -195,10 +195,10 @@ async def test_second_runtime_on_same_store_refused(make_runtime: RuntimeFactory
 
 async def test_lost_lease_fences_writer(rt: Runtime) -> None:
     """A writer whose lease was taken over gets OwnershipLostError and writes nothing."""
-    store = rt._read_lane.store
+    store = rt._engine.read_store
     async with rt.open_session("s") as w:
         await w.append([ev(1)])
-        owner = rt._supervisor.owner
+        owner = rt._engine.supervisor.owner
         await trio.to_thread.run_sync(store.release_lease, "s", owner)
         await trio.to_thread.run_sync(
             lambda: store.acquire_lease("s", "thief", ttl=60.0, holder="thief")
@@ -640,7 +640,7 @@ async def test_exit_during_background_checkpoints_loses_nothing(tmp_path: pathli
 
 async def test_concurrent_first_uses_share_one_actor(rt: Runtime) -> None:
     """Concurrent first uses of a session spawn one actor and take the lease once."""
-    sup = rt._supervisor
+    sup = rt._engine.supervisor
     got = []
 
     async def use() -> None:
@@ -662,7 +662,7 @@ async def test_idle_actor_evicted_and_lease_released(
     lease released."""
     store = MemoryStore()
     async with open_runtime(store, idle_timeout=5.0) as rt:
-        sup = rt._supervisor
+        sup = rt._engine.supervisor
         actor = await sup.acquire("s", header_json="{}", exclusive=False, create="if_missing")
         actor.append_nowait(prepare_events([ev(1)]), None, urgent=False)
         sup.release(actor, exclusive=False)
@@ -679,7 +679,7 @@ async def test_actor_failure_reaches_waiters() -> None:
     store = MemoryStore()
     async with open_runtime(store, batch_window=0.01) as rt, AsyncExitStack() as stack:
         w = await writer(stack, rt, "s")
-        store.release_lease("s", rt._supervisor.owner)
+        store.release_lease("s", rt._engine.supervisor.owner)
         store.acquire_lease("s", "thief", ttl=60.0, holder="thief")
         results: list[BaseException] = []
 
@@ -708,7 +708,7 @@ async def test_runtime_flush_ignores_other_sessions_starting_or_dead(rt: Runtime
 
         async with trio.open_nursery() as nursery:
             nursery.start_soon(opener)
-            while rt._supervisor.get("b") is None:
+            while rt._engine.supervisor.get("b") is None:
                 await trio.lowlevel.checkpoint()  # catch it while it is starting
             await rt.flush()
         async with rt.open_session("gone") as g:
