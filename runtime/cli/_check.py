@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import heapq
+import io
 import math
 import os
 import shutil
@@ -201,11 +202,14 @@ async def _check_sessions(
 ) -> None:
     """The lineage of every session, the leases and the run checkpoints (``counted[0]``:
     the sessions seen)."""
+    parents: dict[str, str] = {}  # every fork -> its parent (the lineage the store records)
     async with open_runtime(store) as rt:
         with progress("lineage", None, unit="sessions") as advance:
             async for page in _all_sessions(rt):
                 for info in page:
                     counted[0] += 1
+                    if info.parent is not None:
+                        parents[info.id] = info.parent[0]
                     try:
                         if isinstance(store, SqliteStore):
                             problems = await trio.to_thread.run_sync(store.check_lineage, info.id)
@@ -223,6 +227,7 @@ async def _check_sessions(
                 advance(len(page))
                 if stop is not None:
                     stop.check("the check was not finished")
+        findings += _lineage_loops(parents)
         now = time.time()
         leases = await trio.to_thread.run_sync(store.list_leases)
         live = set()
@@ -239,6 +244,29 @@ async def _check_sessions(
                 message = f"stale lease of {lease.holder} ({why}); the next writer takes it over"
                 findings.append(Finding("note", "lease", lease.session_id, message))
         findings += await _checkpoint_findings(rt, live)
+
+
+def _lineage_loops(parents: dict[str, str]) -> list[Finding]:
+    """A finding for each loop of recorded fork lineage (a fork that is, through its
+    parents, its own ancestor: no tidelog writes one, and retention can never remove it)."""
+    found: list[Finding] = []
+    done: set[str] = set()
+    for start in sorted(parents):
+        chain: list[str] = []
+        at: str | None = start
+        while at is not None and at not in done and at not in chain:
+            chain.append(at)
+            at = parents.get(at)
+        if at is not None and at in chain:
+            loop = chain[chain.index(at) :]
+            message = "fork lineage loops: " + " -> ".join(printable(s) for s in [*loop, at])
+            hint = (
+                "delete one of these sessions (tidelog delete; export it first if it is "
+                "needed): the others keep their events"
+            )
+            found.append(Finding("error", "lineage", at, message, hint))
+        done.update(chain)
+    return found
 
 
 async def _checkpoint_findings(rt: Runtime, live: set[str]) -> list[Finding]:
@@ -394,13 +422,17 @@ def _copy_through_dump(args: argparse.Namespace, dest: StoreKind, stop: StopFlag
         os.mkdir(args.dest)
     made = dest != "postgres"
     try:
-        with tempfile.TemporaryFile("w+", encoding="ascii", newline="\n") as dump:
+        with (
+            tempfile.TemporaryFile("w+b") as raw,
+            io.TextIOWrapper(raw, encoding="ascii", newline="\n") as dump,
+        ):
             reader = open_reader(args.db)
             try:
                 trio.run(_export_into, reader, dump, stop)
             finally:
                 reader.close()
-            dump.seek(0)
+            dump.flush()
+            raw.seek(0)  # the import reads the bytes
             target = open_writer(args.dest, create=True)
             try:
                 if target.list_sessions(limit=1):
@@ -414,7 +446,7 @@ def _copy_through_dump(args: argparse.Namespace, dest: StoreKind, stop: StopFlag
                     def count(_: object) -> None:
                         advance(1)
 
-                    import_dump(target, read_dump(dump), stop, count)
+                    import_dump(target, read_dump(raw), stop, count)
                 target.sync()
             finally:
                 target.close()
