@@ -353,8 +353,9 @@ def _dest_kind(args: argparse.Namespace, source: StoreKind) -> StoreKind:
                 "tidelog: backup: --dest-kind is for a DEST path, not a postgresql:// URL"
             )
         return "postgres"
-    if os.path.lexists(args.dest):
-        raise CliError(f"tidelog: backup: {args.dest} already exists (give a new path)")
+    from ._dump import check_new_path
+
+    check_new_path("backup", args.dest)
     if args.dest_kind is not None:
         return args.dest_kind  # type: ignore[no-any-return]
     return "sqlite" if source == "postgres" else source
