@@ -51,7 +51,7 @@ from ._opening import (
     shown,
     stoppable,
 )
-from ._output import Listing, dumps, key_values, printable, progress, show_time, table
+from ._output import Column, Listing, dumps, key_values, printable, progress, show_time, table
 
 __all__ = ["Finding", "cmd_backup", "cmd_check", "cmd_stats", "format_version", "run_check"]
 
@@ -329,7 +329,13 @@ def _report(
         out,
         key="findings",
         head=head,
-        columns=("LEVEL", "CHECK", "SESSION", "FINDING", "WHAT TO DO"),
+        columns=(
+            Column("LEVEL", "fixed"),
+            Column("CHECK", "fixed", drop=2),
+            Column("SESSION", "id"),
+            Column("FINDING", "text"),
+            Column("WHAT TO DO", "text", drop=1),
+        ),
     )
     for f in findings:
         cells = [f.level, f.check, printable(f.session or "-"), f.message, f.hint or ""]
@@ -582,9 +588,14 @@ def _print_runtimes(out: TextIO, runtimes: list[PublishedStatistics], now: float
         )
     table(
         out,
-        ("LIVE RUNTIME", "PUBLISHED", "ACTORS", "BATCHES", "EVENTS", "QUEUED", "FSYNCS"),
+        (
+            Column("LIVE RUNTIME", "id"),
+            Column("PUBLISHED", "fixed", drop=1),
+            *(Column(name, "fixed", right=True, drop=2) for name in ("ACTORS", "BATCHES")),
+            *(Column(name, "fixed", right=True, drop=3) for name in ("EVENTS", "QUEUED")),
+            Column("FSYNCS", "fixed", right=True, drop=2),
+        ),
         rows,
-        right=frozenset({2, 3, 4, 5, 6}),
     )
 
 
@@ -649,7 +660,12 @@ def _print_stats(
                 ]
             )
         out.write("\n")
-        table(out, ("LARGEST SESSIONS", "EVENTS", "BYTES"), cells, right=frozenset({1, 2}))
+        columns = (
+            Column("LARGEST SESSIONS", "id"),
+            Column("EVENTS", "fixed", right=True),
+            Column("BYTES", "fixed", right=True, drop=1),
+        )
+        table(out, columns, cells)
 
 
 async def _count(store: Store, top: int) -> tuple[int, int, int, list[tuple[int, str]]]:
