@@ -439,6 +439,7 @@ def _copy_through_dump(args: argparse.Namespace, dest: StoreKind, stop: StopFlag
             finally:
                 reader.close()
             dump.flush()
+            size = raw.seek(0, os.SEEK_END)
             raw.seek(0)  # the import reads the bytes
             target = open_writer(args.dest, create=True)
             try:
@@ -448,12 +449,8 @@ def _copy_through_dump(args: argparse.Namespace, dest: StoreKind, stop: StopFlag
                         f"tidelog: backup: {shown(args.dest)} already holds sessions "
                         "(give a new schema)"
                     )
-                with progress("restore", None, unit="sessions") as advance:
-
-                    def count(_: object) -> None:
-                        advance(1)
-
-                    import_dump(target, read_dump(raw), stop, count)
+                with progress("restore", size, unit="bytes") as advance:  # of the dump
+                    import_dump(target, read_dump(raw, advance), stop, lambda _: None)
                 target.sync()
             finally:
                 target.close()

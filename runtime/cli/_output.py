@@ -321,6 +321,7 @@ def progress(
     from rich.console import Console
     from rich.progress import (
         BarColumn,
+        DownloadColumn,
         MofNCompleteColumn,
         Progress,
         ProgressColumn,
@@ -328,6 +329,7 @@ def progress(
         TextColumn,
         TimeElapsedColumn,
         TimeRemainingColumn,
+        TransferSpeedColumn,
     )
     from rich.text import Text
 
@@ -336,8 +338,20 @@ def progress(
             speed = task.finished_speed or task.speed
             return Text("" if speed is None else f"{speed:,.0f} {unit}/s")
 
-    columns: list[Any] = [TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn()]
-    columns += [Rate(), TextColumn("ETA"), TimeRemainingColumn(), TimeElapsedColumn()]
+    class Done(ProgressColumn):
+        """How much is done, without a total: ``N unit`` once there is any."""
+
+        def render(self, task: Task) -> Text:
+            return Text(f"{int(task.completed):,} {unit}" if task.completed else "")
+
+    columns: list[Any] = [TextColumn("{task.description}"), BarColumn()]
+    if total is None:  # no count to show against: what is done so far, and the time
+        columns += [Done(), TextColumn("elapsed"), TimeElapsedColumn()]
+    else:
+        counted: list[Any] = [DownloadColumn(), TransferSpeedColumn()]
+        if unit != "bytes":
+            counted = [MofNCompleteColumn(), Rate()]
+        columns += [*counted, TextColumn("ETA"), TimeRemainingColumn(), TimeElapsedColumn()]
     with Progress(*columns, console=Console(file=stream), transient=True) as bar:
         task = bar.add_task(label, total=total)
         yield lambda n: bar.advance(task, n)
