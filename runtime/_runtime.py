@@ -355,21 +355,25 @@ class Runtime(metaclass=NoPublicConstructor):
         finally:
             supervisor.release(actor, exclusive=False)
 
-    async def fork(self, source: str, new_id: str, *, at_seq: int | None = None) -> SessionInfo:
+    async def fork(
+        self, source: str, new_id: str, *, at_seq: int | None = None, internal: bool = False
+    ) -> SessionInfo:
         """Create ``new_id`` holding ``source``'s first ``at_seq`` events (default: all,
         including what this runtime's writer of ``source`` had accepted).
 
         The child is independent: later appends, truncates, rewrites or deletes on either
         side never change the other. It shares the parent's prefix (constant time and
         space); the header names the parent and the seed length, ``parent`` is
-        ``(source, at_seq)``.
+        ``(source, at_seq)``. As for a write open, ``internal=True`` is needed for a
+        ``new_id`` that starts with :data:`INTERNAL_PREFIX`.
 
-        Raises, in this order: :class:`InvalidSessionIdError`, :class:`SessionExistsError`,
+        Raises, in this order: :class:`InvalidSessionIdError` (also for a reserved
+        ``new_id`` without ``internal``), :class:`SessionExistsError`,
         :class:`InvalidArgumentError` (``at_seq`` negative, past the head, not an int),
         :class:`SessionNotFoundError`."""
         self._engine.check_open()
         validate_session_id(source)
-        validate_session_id(new_id)
+        _check_user_id(new_id, internal=internal)
         if await self.stat(new_id) is not None:
             raise SessionExistsError(new_id)
         check_seq(at_seq, "at_seq", allow_none=True)

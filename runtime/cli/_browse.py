@@ -22,7 +22,7 @@ from runtime import JSON, Runtime, SessionInfo, SessionNotFoundError, Snapshot, 
 from ._errors import CliError
 from ._opening import reading_runtime
 from ._opening import shown as address_shown
-from ._output import Listing, compact, event_obj, printable, session_obj, show_time
+from ._output import Column, Listing, compact, event_obj, printable, session_obj, show_time
 
 __all__ = ["cmd_ls", "cmd_show", "cmd_tail", "event_cells", "snapshot_events"]
 
@@ -134,8 +134,13 @@ async def _ls(args: argparse.Namespace, out: TextIO) -> int:
         args.format,
         out,
         key="sessions",
-        columns=("ID", "HEAD", "UPDATED", "PARENT", "HEADER"),
-        right=frozenset({1}),
+        columns=(
+            Column("ID", "id"),
+            Column("HEAD", "fixed", right=True),
+            Column("UPDATED", "fixed", drop=2),
+            Column("PARENT", "id", drop=3),
+            Column("HEADER", "text", drop=1),
+        ),
     )
     for info in shown:
         parent = "-" if info.parent is None else f"{printable(info.parent[0])}@{info.parent[1]}"

@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import heapq
+import io
 import math
 import os
 import shutil
@@ -50,7 +51,7 @@ from ._opening import (
     shown,
     stoppable,
 )
-from ._output import Listing, dumps, key_values, printable, progress, show_time, table
+from ._output import Column, Listing, dumps, key_values, printable, progress, show_time, table
 
 __all__ = ["Finding", "cmd_backup", "cmd_check", "cmd_stats", "format_version", "run_check"]
 
@@ -201,11 +202,14 @@ async def _check_sessions(
 ) -> None:
     """The lineage of every session, the leases and the run checkpoints (``counted[0]``:
     the sessions seen)."""
+    parents: dict[str, str] = {}  # every fork -> its parent (the lineage the store records)
     async with open_runtime(store) as rt:
         with progress("lineage", None, unit="sessions") as advance:
             async for page in _all_sessions(rt):
                 for info in page:
                     counted[0] += 1
+                    if info.parent is not None:
+                        parents[info.id] = info.parent[0]
                     try:
                         if isinstance(store, SqliteStore):
                             problems = await trio.to_thread.run_sync(store.check_lineage, info.id)
@@ -223,6 +227,7 @@ async def _check_sessions(
                 advance(len(page))
                 if stop is not None:
                     stop.check("the check was not finished")
+        findings += _lineage_loops(parents)
         now = time.time()
         leases = await trio.to_thread.run_sync(store.list_leases)
         live = set()
@@ -239,6 +244,29 @@ async def _check_sessions(
                 message = f"stale lease of {lease.holder} ({why}); the next writer takes it over"
                 findings.append(Finding("note", "lease", lease.session_id, message))
         findings += await _checkpoint_findings(rt, live)
+
+
+def _lineage_loops(parents: dict[str, str]) -> list[Finding]:
+    """A finding for each loop of recorded fork lineage (a fork that is, through its
+    parents, its own ancestor: no tidelog writes one, and retention can never remove it)."""
+    found: list[Finding] = []
+    done: set[str] = set()
+    for start in sorted(parents):
+        chain: list[str] = []
+        at: str | None = start
+        while at is not None and at not in done and at not in chain:
+            chain.append(at)
+            at = parents.get(at)
+        if at is not None and at in chain:
+            loop = chain[chain.index(at) :]
+            message = "fork lineage loops: " + " -> ".join(printable(s) for s in [*loop, at])
+            hint = (
+                "delete one of these sessions (tidelog delete; export it first if it is "
+                "needed): the others keep their events"
+            )
+            found.append(Finding("error", "lineage", at, message, hint))
+        done.update(chain)
+    return found
 
 
 async def _checkpoint_findings(rt: Runtime, live: set[str]) -> list[Finding]:
@@ -301,7 +329,13 @@ def _report(
         out,
         key="findings",
         head=head,
-        columns=("LEVEL", "CHECK", "SESSION", "FINDING", "WHAT TO DO"),
+        columns=(
+            Column("LEVEL", "fixed"),
+            Column("CHECK", "fixed", drop=2),
+            Column("SESSION", "id"),
+            Column("FINDING", "text"),
+            Column("WHAT TO DO", "text", drop=1),
+        ),
     )
     for f in findings:
         cells = [f.level, f.check, printable(f.session or "-"), f.message, f.hint or ""]
@@ -325,8 +359,9 @@ def _dest_kind(args: argparse.Namespace, source: StoreKind) -> StoreKind:
                 "tidelog: backup: --dest-kind is for a DEST path, not a postgresql:// URL"
             )
         return "postgres"
-    if os.path.lexists(args.dest):
-        raise CliError(f"tidelog: backup: {args.dest} already exists (give a new path)")
+    from ._dump import check_new_path
+
+    check_new_path("backup", args.dest)
     if args.dest_kind is not None:
         return args.dest_kind  # type: ignore[no-any-return]
     return "sqlite" if source == "postgres" else source
@@ -394,13 +429,18 @@ def _copy_through_dump(args: argparse.Namespace, dest: StoreKind, stop: StopFlag
         os.mkdir(args.dest)
     made = dest != "postgres"
     try:
-        with tempfile.TemporaryFile("w+", encoding="ascii", newline="\n") as dump:
+        with (
+            tempfile.TemporaryFile("w+b") as raw,
+            io.TextIOWrapper(raw, encoding="ascii", newline="\n") as dump,
+        ):
             reader = open_reader(args.db)
             try:
                 trio.run(_export_into, reader, dump, stop)
             finally:
                 reader.close()
-            dump.seek(0)
+            dump.flush()
+            size = raw.seek(0, os.SEEK_END)
+            raw.seek(0)  # the import reads the bytes
             target = open_writer(args.dest, create=True)
             try:
                 if target.list_sessions(limit=1):
@@ -409,12 +449,8 @@ def _copy_through_dump(args: argparse.Namespace, dest: StoreKind, stop: StopFlag
                         f"tidelog: backup: {shown(args.dest)} already holds sessions "
                         "(give a new schema)"
                     )
-                with progress("restore", None, unit="sessions") as advance:
-
-                    def count(_: object) -> None:
-                        advance(1)
-
-                    import_dump(target, read_dump(dump), stop, count)
+                with progress("restore", size, unit="bytes") as advance:  # of the dump
+                    import_dump(target, read_dump(raw, advance), stop, lambda _: None)
                 target.sync()
             finally:
                 target.close()
@@ -549,9 +585,14 @@ def _print_runtimes(out: TextIO, runtimes: list[PublishedStatistics], now: float
         )
     table(
         out,
-        ("LIVE RUNTIME", "PUBLISHED", "ACTORS", "BATCHES", "EVENTS", "QUEUED", "FSYNCS"),
+        (
+            Column("LIVE RUNTIME", "id"),
+            Column("PUBLISHED", "fixed", drop=1),
+            *(Column(name, "fixed", right=True, drop=2) for name in ("ACTORS", "BATCHES")),
+            *(Column(name, "fixed", right=True, drop=3) for name in ("EVENTS", "QUEUED")),
+            Column("FSYNCS", "fixed", right=True, drop=2),
+        ),
         rows,
-        right=frozenset({2, 3, 4, 5, 6}),
     )
 
 
@@ -616,7 +657,12 @@ def _print_stats(
                 ]
             )
         out.write("\n")
-        table(out, ("LARGEST SESSIONS", "EVENTS", "BYTES"), cells, right=frozenset({1, 2}))
+        columns = (
+            Column("LARGEST SESSIONS", "id"),
+            Column("EVENTS", "fixed", right=True),
+            Column("BYTES", "fixed", right=True, drop=1),
+        )
+        table(out, columns, cells)
 
 
 async def _count(store: Store, top: int) -> tuple[int, int, int, list[tuple[int, str]]]:

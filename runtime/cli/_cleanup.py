@@ -30,7 +30,7 @@ from ._opening import (
     stoppable,
     writing_runtime,
 )
-from ._output import Listing, printable, progress
+from ._output import Column, Listing, printable, progress
 
 __all__ = ["cmd_delete", "cmd_prune"]
 
@@ -93,7 +93,11 @@ async def _prune(args: argparse.Namespace, stop: StopFlag) -> PruneReport:
 def _show(out: TextIO, args: argparse.Namespace, report: PruneReport) -> None:
     head: dict[str, JSON] = {"dry_run": report.dry_run}
     listing = Listing(
-        args.format, out, key="actions", head=head, columns=("ACTION", "SESSION", "WHY")
+        args.format,
+        out,
+        key="actions",
+        head=head,
+        columns=(Column("ACTION", "fixed"), Column("SESSION", "id"), Column("WHY")),
     )
     for action in report.actions:
         if action.kept is not None:
@@ -121,7 +125,9 @@ def cmd_delete(args: argparse.Namespace) -> int:
 
 
 async def _delete(args: argparse.Namespace, out: TextIO) -> int:
-    listing = Listing(args.format, out, key="sessions", columns=("SESSION", "RESULT"))
+    listing = Listing(
+        args.format, out, key="sessions", columns=(Column("SESSION", "id"), Column("RESULT"))
+    )
     failed = 0
     async with writing_runtime(args.db) as rt:
         for session_id in args.sessions:

@@ -38,12 +38,19 @@ from runtime import JSON, STATISTICS_PREFIX, Runtime, SessionInfo, SessionNotFou
 from runtime.agents import RuntimeHistory, checkpoint_sessions
 
 from ._browse import snapshot_events
-from ._errors import CliError
+from ._errors import CliError, Interrupted, leaf
 from ._opening import StopFlag, reading_runtime, stoppable
 from ._output import dumps, progress, session_obj
 from ._parsing import version
 
-__all__ = ["DUMP_FORMAT", "DUMP_VERSION", "cmd_export", "export", "export_runtime"]
+__all__ = [
+    "DUMP_FORMAT",
+    "DUMP_VERSION",
+    "check_new_path",
+    "cmd_export",
+    "export",
+    "export_runtime",
+]
 
 #: The first record's ``format``.
 DUMP_FORMAT = "tidelog-dump"
@@ -68,23 +75,44 @@ def session_record(info: SessionInfo, head: int) -> dict[str, JSON]:
 
 def cmd_export(args: argparse.Namespace) -> int:
     """``tidelog export``."""
-    if args.output is not None and os.path.lexists(args.output):
-        raise CliError(f"tidelog: export: {args.output} already exists (give a new file)")
+    if args.output is not None:
+        check_new_path("export", args.output)
     with stoppable() as stop:
         if args.output is None:
             return trio.run(export, args.db, args.sessions, sys.stdout, stop)
         partial = f"{args.output}.partial"
         stop.on_abort.append(lambda: os.remove(partial))
         try:
-            with open(partial, "x", encoding="ascii", newline="\n") as out:
+            try:
+                out = open(partial, "x", encoding="ascii", newline="\n")  # noqa: SIM115
+            except OSError as exc:
+                raise CliError(
+                    f"tidelog: export: cannot create {args.output}: {exc.strerror}"
+                ) from None
+            with out:
                 status = trio.run(export, args.db, args.sessions, out, stop)
                 out.flush()
                 os.fsync(out.fileno())
             os.link(partial, args.output)  # complete dumps only, never over another file
+        except BaseException as exc:
+            if isinstance(leaf(exc), Interrupted):
+                raise Interrupted(f"no dump was written ({args.output} not created)") from None
+            raise
         finally:
             if os.path.exists(partial):
                 os.remove(partial)
         return status
+
+
+def check_new_path(command: str, path: str) -> None:
+    """Refuse an output path that exists, or whose folder does not, before any work."""
+    if os.path.lexists(path):
+        raise CliError(f"tidelog: {command}: {path} already exists (give a new path)")
+    folder = os.path.dirname(os.path.abspath(path))
+    if not os.path.isdir(folder):
+        raise CliError(
+            f"tidelog: {command}: no folder {folder} to write {path} in (create it first)"
+        )
 
 
 async def export(db: str, session_ids: list[str], out: TextIO, stop: StopFlag) -> int:
@@ -112,17 +140,22 @@ async def export_runtime(
     with progress("export", total or None, unit="events") as advance:
         async for info in source:
             stop.check(f"{sessions} sessions written; the dump is incomplete")
-            await _export_session(rt, info.id, out, advance)
+            await _export_session(rt, info.id, out, advance, stop, sessions)
             sessions += 1
     out.write(dumps({"type": "end-of-dump", "sessions": sessions}) + "\n")
     return sessions
 
 
 async def _export_session(
-    rt: Runtime, session_id: str, out: TextIO, advance: Callable[[int], None]
+    rt: Runtime,
+    session_id: str,
+    out: TextIO,
+    advance: Callable[[int], None],
+    stop: StopFlag,
+    written: int,
 ) -> None:
     """One session's records, from one snapshot (a session deleted since it was listed
-    is skipped)."""
+    is skipped); ``stop`` is checked between pages (``written``: the sessions before)."""
     try:
         async with rt.snapshot(session_id) as snap:
             info = await rt.stat(session_id)
@@ -131,6 +164,7 @@ async def _export_session(
             head = snap.as_of_seq
             out.write(dumps(session_record(info, head)) + "\n")
             async for page in snapshot_events(snap, 0, None, None):
+                stop.check(f"{written} sessions written; the dump is incomplete")
                 out.write(
                     "".join(
                         dumps(

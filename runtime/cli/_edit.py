@@ -13,7 +13,7 @@ from typing import TextIO
 
 import trio
 
-from runtime import JSON, SessionInfo, SessionNotFoundError
+from runtime import INTERNAL_PREFIX, JSON, SessionInfo, SessionNotFoundError
 from runtime.agents import Entry, SidecarEntry, ToolCall, fork_conversation, history
 from runtime.agents import pending_tool_calls as pending_calls
 
@@ -30,6 +30,11 @@ def cmd_fork(args: argparse.Namespace) -> int:
 
 
 async def _fork(args: argparse.Namespace, out: TextIO) -> int:
+    if isinstance(args.new, str) and args.new.startswith(INTERNAL_PREFIX):
+        raise CliError(
+            f"tidelog: fork: ids starting with {INTERNAL_PREFIX!r} are tidelog's own (run "
+            "checkpoints, archives): give NEW another id"
+        )
     async with writing_runtime(args.db) as rt:
         source = await rt.stat(args.source)
         if source is None:

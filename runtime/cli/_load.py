@@ -14,23 +14,27 @@ Idempotent and resumable, session by session:
   untouched and reported (``conflict``; exit status 1).
 
 Each piece is one atomic write that names the head it expects, so an import never
-interleaves with another writer. Ctrl-C stops after the current write: a session this
-run had created but not finished is removed, so nothing is left half-imported.
+interleaves with another writer. A session is imported whole or not at all: when the
+import stops inside one -- Ctrl-C, a damaged or cut dump, an event the store refuses, a
+failing store -- the sessions before it stay imported whole, and that one is put back as
+it was before this run (removed if this run created it, cut back to its old head if it
+was being resumed), provided no one else wrote it meanwhile.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import sys
 import time
 from collections.abc import Callable, Iterator
-from typing import Literal, TextIO
+from typing import IO, Literal
 
 import attrs
 
-from runtime import JSON, SessionInfo, Store, StoredEvent, TidelogError
+from runtime import JSON, InvalidEventError, SessionInfo, Store, StoredEvent, TidelogError
 from stores import LeaseInfo, NewEvent, RestoreOp, prepare_events
 from stores._leases import holder_is_dead
 from stores._records import encode_json, validate_session_id
@@ -67,12 +71,12 @@ class DumpError(CliError):
 
 def cmd_import(args: argparse.Namespace) -> int:
     """``tidelog import``."""
-    source: TextIO
+    source: IO[bytes]
     if args.dump == "-":
-        source, size = sys.stdin, None
+        source, size = sys.stdin.buffer, None
     else:
         try:
-            source = open(args.dump, encoding="utf-8")  # noqa: SIM115 (closed below)
+            source = open(args.dump, "rb")  # noqa: SIM115 (closed below)
         except OSError as exc:
             raise CliError(f"tidelog: cannot read the dump {args.dump}: {exc.strerror}") from None
         size = os.fstat(source.fileno()).st_size
@@ -96,7 +100,7 @@ def cmd_import(args: argparse.Namespace) -> int:
             finally:
                 store.close()
     finally:
-        if source is not sys.stdin:
+        if source is not sys.stdin.buffer:
             source.close()
     totals: dict[str, int] = {s: sum(1 for r in results if r.status == s) for s in _STATUSES}
     events = sum(r.events for r in results)
@@ -113,23 +117,57 @@ def cmd_import(args: argparse.Namespace) -> int:
 _STATUSES: tuple[Status, ...] = ("created", "resumed", "unchanged", "conflict")
 
 
+#: The longest header line read (a real one is ~100 bytes): a binary file without line
+#: breaks is refused after this much, not read whole into memory.
+HEADER_BYTES = 64 * 1024
+#: How compressed files start, to say what to do with one given as a dump.
+_COMPRESSED = {
+    b"\x1f\x8b": ("gzip", "gunzip -c"),
+    b"\x28\xb5\x2f\xfd": ("zstd", "zstd -dc"),
+    b"BZh": ("bzip2", "bzip2 -dc"),
+    b"\xfd7zXZ\x00": ("xz", "xz -dc"),
+    b"PK\x03\x04": ("zip", "unzip -p"),
+}
+
+
 def read_dump(
-    source: TextIO, advance: Callable[[int], None] | None = None
+    source: IO[bytes], advance: Callable[[int], None] | None = None
 ) -> Iterator[tuple[int, str]]:
     """The dump's ``(number, line)`` pairs after its header, which is checked first
-    (:class:`DumpError` for an empty, foreign or newer dump)."""
-    lines = _lines(source, advance or (lambda _: None))
-    first = next(lines, None)
-    if first is None:
+    (:class:`DumpError` for an empty, foreign, binary, compressed or newer dump)."""
+    advance = advance or (lambda _: None)
+    first = source.readline(HEADER_BYTES)
+    if not first:
         raise DumpError("tidelog: the dump is empty")
-    _check_header(first[0], _record(*first))
-    return lines
+    advance(len(first))
+    for magic, (name, command) in _COMPRESSED.items():
+        if first.startswith(magic):
+            raise DumpError(
+                f"tidelog: dump line 1: a {name}-compressed file, not a dump: decompress it "
+                f"first ({command} DUMP | tidelog import DB -)"
+            )
+    if not first.endswith(b"\n") and len(first) == HEADER_BYTES:
+        raise DumpError("tidelog: not a tidelog dump (line 1 is not a dump header)")
+    _check_header(1, _record(1, _text(1, first)))
+    return _lines(source, advance)
 
 
-def _lines(source: TextIO, advance: Callable[[int], None]) -> Iterator[tuple[int, str]]:
-    for number, line in enumerate(source, start=1):
+def _text(number: int, line: bytes) -> str:
+    """A dump line as text: a dump is UTF-8 (ASCII as export writes it)."""
+    try:
+        return line.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        what = "a binary file, not a dump" if number == 1 else "a damaged dump"
+        raise DumpError(
+            f"tidelog: dump line {number}: not UTF-8 text (byte {exc.start + 1} of the line: "
+            f"{what})"
+        ) from None
+
+
+def _lines(source: IO[bytes], advance: Callable[[int], None]) -> Iterator[tuple[int, str]]:
+    for number, line in enumerate(source, start=2):
         advance(len(line))
-        yield number, line
+        yield number, _text(number, line)
 
 
 # -- parsing the records ------------------------------------------------------------------
@@ -144,6 +182,11 @@ def _record(number: int, line: str) -> dict[str, JSON]:
         value = json.loads(line, parse_constant=_no_constant)  # no NaN or Infinity
     except ValueError as exc:
         raise DumpError(f"tidelog: dump line {number}: not JSON ({exc})") from None
+    except RecursionError:
+        raise DumpError(
+            f"tidelog: dump line {number}: JSON nested too deeply to read (a damaged dump: "
+            "tidelog never writes such a line)"
+        ) from None
     if not isinstance(value, dict):
         raise DumpError(f"tidelog: dump line {number}: not a JSON object")
     return value
@@ -188,6 +231,7 @@ class _Session:
     header_json: str
     header: dict[str, JSON]
     parent: tuple[str, int] | None
+    line: int  # the dump line of the session record
 
     @classmethod
     def parse(cls, record: dict[str, JSON], number: int) -> _Session:
@@ -204,6 +248,11 @@ class _Session:
                 parent_seq = _field(parent_record, "seq", int, number)
                 assert isinstance(parent_seq, int)
                 parent = (parent_id, parent_seq)
+                if parent_id == session_id:
+                    raise DumpError(
+                        f"tidelog: dump line {number}: session {session_id!r} names itself "
+                        "as its parent (a fork's parent is another, older session)"
+                    )
         except TidelogError as exc:
             raise DumpError(f"tidelog: dump line {number}: {exc}") from None
         head = _field(record, "head", int, number)
@@ -211,7 +260,7 @@ class _Session:
         if head < 0:
             raise DumpError(f"tidelog: dump line {number}: 'head' is negative")
         created, updated = _time(record, "created_at", number), _time(record, "updated_at", number)
-        return cls(session_id, head, created, updated, header_json, header, parent)
+        return cls(session_id, head, created, updated, header_json, header, parent, number)
 
 
 def _event(record: dict[str, JSON], number: int, expected_seq: int) -> tuple[NewEvent, float]:
@@ -251,10 +300,13 @@ class _Importer:
         self.finished: list[ImportResult] = []  # results waiting for their batch to commit
         self.failed: dict[str, str] = {}  # sessions whose piece failed -> why
         self.created_here: dict[str, int] = {}  # sessions this run created -> head written
+        # sessions this run extends (resumed) -> their info before, the head written
+        self.resumed_here: dict[str, tuple[SessionInfo, int]] = {}
+        self.parents: dict[str, str] = {}  # the forks this run creates -> their parents
         self.current: str | None = None  # the session being read
         self.done = 0
 
-    def flush(self) -> None:
+    def flush(self, *, check_stop: bool = True) -> None:
         """Commit the pending pieces (one transaction); report the sessions they finish."""
         if self.pending:
             results = self.store.write_batch(self.pending)
@@ -263,16 +315,21 @@ class _Importer:
                     self.failed[op.session_id] = f"changed while it was imported ({result})"
                 elif op.session_id in self.created_here:
                     self.created_here[op.session_id] = int(result)
+                elif op.session_id in self.resumed_here:
+                    before = self.resumed_here[op.session_id][0]
+                    self.resumed_here[op.session_id] = (before, int(result))
             self.pending, self.pending_events = [], 0
         for finished in self.finished:
             why = self.failed.pop(finished.session_id, None)
             if why is not None:
                 finished = ImportResult(finished.session_id, "conflict", 0, why)
             self.created_here.pop(finished.session_id, None)
+            self.resumed_here.pop(finished.session_id, None)
             self.report(finished)
             self.done += 1
         self.finished = []
-        self.stop.check(f"{self.done} sessions imported; run the same import again to go on")
+        if check_stop:
+            self.stop.check(f"{self.done} sessions imported; run the same import again to go on")
 
     def add(self, op: RestoreOp) -> None:
         self.pending.append(op)
@@ -281,14 +338,29 @@ class _Importer:
             self.flush()
 
     def abandon(self) -> None:
-        """After a stop or a damaged dump: remove the sessions this run created but did
-        not finish (if no one else wrote them meanwhile), so nothing is left
-        half-imported."""
-        for session_id, head in self.created_here.items():
-            info = self.store.stat(session_id)
-            now_live = _live(self.store.list_leases(prefix=session_id), time.time())
-            if info is not None and info.head == head and session_id not in now_live:
-                self.store.delete(session_id)
+        """After a stop, a damaged dump or a failure: put the sessions this run wrote but
+        did not finish back as they were (if no one else wrote them meanwhile): remove
+        those it created, cut those it resumed back to their old head -- so nothing is
+        left half-imported. Best effort: a store that keeps failing leaves them as they
+        are (part-imported, which the next import completes)."""
+        unfinished: list[tuple[str, int, SessionInfo | None]] = [
+            (sid, head, None) for sid, head in self.created_here.items()
+        ]
+        unfinished += [(sid, head, old) for sid, (old, head) in self.resumed_here.items()]
+        for session_id, head, old in unfinished:
+            with contextlib.suppress(TidelogError):
+                info = self.store.stat(session_id)
+                now_live = _live(self.store.list_leases(prefix=session_id), time.time())
+                if info is None or info.head != head or session_id in now_live:
+                    continue
+                if old is None:
+                    self.store.delete(session_id)
+                elif head != old.head:
+                    self.store.truncate(session_id, old.head)
+                    # The cut stamps the session's update time: put the recorded one back.
+                    header = encode_json(old.header)
+                    at = (old.created_at, old.updated_at, old.parent)
+                    self.store.write_batch([RestoreOp(session_id, (), (), old.head, header, *at)])
 
 
 def import_dump(
@@ -300,20 +372,20 @@ def import_dump(
     """Import the dump's ``(number, line)`` pairs after its header (already checked) into
     ``store``, calling ``report`` for each session once its outcome is committed.
 
-    Raises :class:`DumpError` for a damaged, foreign, newer or cut dump (sessions
-    reported so far are imported whole), and
-    :class:`~runtime.cli._errors.Interrupted` when ``stop`` was requested."""
+    Raises :class:`DumpError` for a damaged, foreign, newer or cut dump, or an event the
+    store refuses (the sessions before it are imported whole, nothing of the one it is
+    in), and :class:`~runtime.cli._errors.Interrupted` when ``stop`` was requested."""
     importer = _Importer(store, stop, report)
     try:
         _run(importer, lines)
-    except DumpError:
-        # The sessions before the damage are whole: write them; not the one it cut.
-        importer.pending = [op for op in importer.pending if op.session_id != importer.current]
-        importer.flush()
-        importer.abandon()
-        raise
-    except BaseException:
-        if stop.requested:
+    except BaseException as exc:
+        try:
+            if isinstance(exc, DumpError):
+                # The sessions before the damage are whole: write them; not the one it cut.
+                current = importer.current
+                importer.pending = [op for op in importer.pending if op.session_id != current]
+                importer.flush(check_stop=False)
+        finally:
             importer.abandon()
         raise
 
@@ -349,12 +421,17 @@ def _import_session(
             problem = "a session with this id and another header, creation time or lineage exists"
         elif existing.head > session.head:
             problem = f"it has {existing.head} events, the dump {session.head}"
+    if existing is None and problem is None:
+        _refuse_loop(importer, session)
     verify = 0 if existing is None else existing.head
+    if existing is not None and problem is None:
+        importer.resumed_here[sid] = (existing, existing.head)
     stored: list[StoredEvent] = []  # the page of stored events being compared
     shared = _shareable(importer, session, existing, problem)
     lent: list[StoredEvent] = []  # the page of the parent's events being compared
     piece: list[NewEvent] = []
     stamps: list[float] = []
+    numbers: list[int] = []  # the dump lines of the piece's events
     size = written = 0
     for seq in range(1, session.head + 1):
         number, line = next(lines, (0, ""))
@@ -383,11 +460,13 @@ def _import_session(
             shared = 0
         piece.append(event)
         stamps.append(ts)
+        numbers.append(number)
         size += len(line)
         if len(piece) >= PIECE_EVENTS or size >= PIECE_BYTES:
             after = seq - len(piece)
-            written += _write(importer, session, piece, stamps, after, existing is None, shared)
-            piece, stamps, size = [], [], 0
+            creates = existing is None
+            written += _write(importer, session, piece, stamps, after, creates, shared, numbers)
+            piece, stamps, numbers, size = [], [], [], 0
     number, line = next(lines, (0, ""))
     end = _record(number, line) if line else {}
     if end.get("type") != "end" or end.get("id") != sid or end.get("events") != session.head:
@@ -405,10 +484,36 @@ def _import_session(
         return
     if piece or existing is None:
         after = session.head - len(piece)
-        written += _write(importer, session, piece, stamps, after, existing is None, shared)
+        creates = existing is None
+        written += _write(importer, session, piece, stamps, after, creates, shared, numbers)
     status: Status = "created" if existing is None else "resumed"
     importer.finished.append(ImportResult(sid, status, written))
     importer.current = None
+
+
+def _refuse_loop(importer: _Importer, session: _Session) -> None:
+    """Refuse a new fork whose lineage -- its parent, the parent's parent... in this dump
+    or in the target -- leads back to itself (or into a loop): such lineage cannot have
+    been recorded, and retention could never remove it."""
+    if session.parent is None:
+        return
+    chain = [session.session_id]
+    at: str | None = session.parent[0]
+    while at is not None:
+        if at in chain:
+            loop = " -> ".join([*chain[chain.index(at) :], at])
+            raise DumpError(
+                f"tidelog: dump line {session.line}: session {session.session_id!r} cannot "
+                f"be a fork of {session.parent[0]!r}: the lineage would loop ({loop}); a "
+                "fork's parent is another, older session"
+            )
+        chain.append(at)
+        if at in importer.parents:
+            at = importer.parents[at]
+        else:
+            info = importer.store.stat(at)
+            at = None if info is None or info.parent is None else info.parent[0]
+    importer.parents[session.session_id] = session.parent[0]
 
 
 def _shareable(
@@ -440,7 +545,7 @@ def _copy_prefix(importer: _Importer, session: _Session, upto: int) -> int:
         if not page:
             raise DumpError(f"tidelog: the parent of {session.session_id!r} changed meanwhile")
         events = [NewEvent(e.kind, e.data, run_id=e.run_id) for e in page]
-        copied += _write(importer, session, events, [e.ts for e in page], copied, True, 0)
+        copied += _write(importer, session, events, [e.ts for e in page], copied, True, 0, None)
     return copied
 
 
@@ -452,14 +557,25 @@ def _write(
     after: int,
     creates: bool,
     shared: int,
+    numbers: list[int] | None,
 ) -> int:
     """Queue one piece of ``session``: ``events`` after seq ``after`` (``creates``: the
     session did not exist before this run; ``shared``: its fork point, when it is
-    created sharing its parent's prefix, else 0)."""
+    created sharing its parent's prefix, else 0; ``numbers``: the events' dump lines).
+    An event the store refuses is a :class:`DumpError` naming its line."""
     share = creates and shared > 0 and after == shared
+    try:
+        prepared = prepare_events(events)
+    except InvalidEventError as exc:
+        index = exc.index if exc.index is not None else 0
+        where = f"dump line {numbers[index]}" if numbers else "the dump"
+        raise DumpError(
+            f"tidelog: {where}: event {after + index + 1} of session {session.session_id!r} "
+            f"is refused: {exc.reason}"
+        ) from None
     op = RestoreOp(
         session.session_id,
-        tuple(prepare_events(events)),
+        tuple(prepared),
         tuple(stamps),
         after,
         session.header_json,

@@ -3,6 +3,8 @@ into one line on stderr and an exit status (see :mod:`runtime.cli._errors`)."""
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import importlib
 import os
 import sys
@@ -45,9 +47,19 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 0 if follows else EXIT_INTERRUPTED
     except BrokenPipeError:
         # The reader went away (``tidelog show ... | head``): not an error of ours.
-        devnull = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(devnull, sys.stdout.fileno())
+        _drop_output()
         return 0
+    except OSError as exc:
+        # The output cannot be written (a full disk, a quota, an I/O error): say so once,
+        # and let nothing try to write the rest at exit.
+        _drop_output()
+        where = "the output" if exc.filename is None else str(exc.filename)
+        what = exc.strerror or str(exc)
+        hint = ""
+        if exc.errno in (errno.ENOSPC, errno.EDQUOT):
+            hint = " (free some space, or write somewhere else)"
+        print(f"tidelog: {args.command}: cannot write {where}: {what}{hint}", file=sys.stderr)
+        return EXIT_USAGE
     except Exception as exc:
         from runtime import TidelogError
 
@@ -57,3 +69,12 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(explain(exc, shown(getattr(args, "db", ""))), file=sys.stderr)
             return EXIT_USAGE
         raise
+
+
+def _drop_output() -> None:
+    """Send what stdout still buffers, and anything written later, to the null device
+    (the real output is gone: a closed pipe, a full disk)."""
+    with contextlib.suppress(OSError, ValueError):
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)

@@ -15,9 +15,12 @@ from contextlib import contextmanager
 from datetime import datetime
 from typing import Any, Literal, TextIO
 
+import attrs
+
 from runtime import JSON, SessionInfo, StoredEvent
 
 __all__ = [
+    "Column",
     "Format",
     "Listing",
     "compact",
@@ -89,6 +92,23 @@ def compact(value: JSON, width: int | None = DATA_WIDTH) -> str:
     return text
 
 
+@attrs.frozen
+class Column:
+    """A column of a text table, and how it fits a narrow terminal: an ``"id"`` or
+    ``"fixed"`` column is never cut (its cells print whole); a ``"text"`` column wraps.
+    When even that does not fit, the columns with a ``drop`` rank are left out, lowest
+    rank first, and a line under the table names them (``None``: never left out)."""
+
+    name: str
+    kind: Literal["id", "fixed", "text"] = "text"
+    right: bool = False
+    drop: int | None = None
+
+
+def _column(spec: str | Column) -> Column:
+    return spec if isinstance(spec, Column) else Column(spec)
+
+
 class Listing:
     """A command's records, printed as they come in one of the three formats.
 
@@ -106,8 +126,7 @@ class Listing:
         *,
         key: str,
         head: dict[str, JSON] | None = None,
-        columns: Sequence[str] = (),
-        right: frozenset[int] = frozenset(),
+        columns: Sequence[str | Column] = (),
         header: str | None = None,
         line: Callable[[Sequence[str]], str] | None = None,
         title: str | None = None,
@@ -115,8 +134,7 @@ class Listing:
         self.fmt = fmt
         self.out = out
         self.key = key
-        self.columns = columns
-        self.right = right
+        self.columns = [_column(c) for c in columns]
         self.line = line
         self.title = title
         self.rows: list[Sequence[str]] = []
@@ -147,7 +165,7 @@ class Listing:
             self.out.write("]" + ("," if tail else "") + closing + "\n")
         elif self.fmt == "text" and self.line is None:
             if self.rows:
-                table(self.out, self.columns, self.rows, right=self.right, title=self.title)
+                table(self.out, self.columns, self.rows, title=self.title)
             elif empty is not None:
                 self.out.write(empty + "\n")
         self.out.flush()
@@ -158,50 +176,125 @@ class Listing:
 RICH_ROWS = 2000
 
 
+#: The narrowest a wrapping text column is made before columns are left out.
+TEXT_MIN = 12
+#: The width a column adds besides its cells in a rich table (padding and the gap).
+GAP = 3
+
+
 def table(
     out: TextIO,
-    columns: Sequence[str],
+    columns: Sequence[str | Column],
     rows: Sequence[Sequence[str]],
     *,
-    right: frozenset[int] = frozenset(),
     title: str | None = None,
 ) -> None:
-    """Draw ``rows`` under ``columns``; columns in ``right`` are right-aligned. On a
-    terminal, with rich, fitted to its width with a rule under the header; elsewhere (a
-    pipe, a file) or past :data:`RICH_ROWS` rows, plain aligned columns, one line per
-    row however long."""
+    """Draw ``rows`` under ``columns``. On a terminal, with rich, fitted to its width
+    with a rule under the header: ids and fixed cells are never cut; text columns wrap;
+    if that is not enough, the lesser columns (:attr:`Column.drop`) are left out, and a
+    line says which. Elsewhere (a pipe, a file) or past :data:`RICH_ROWS` rows, plain
+    aligned columns, one line per row however long."""
+    specs = [_column(c) for c in columns]
     if not out.isatty() or len(rows) > RICH_ROWS:
-        _plain_table(out, columns, rows, right, title)
+        _plain_table(out, specs, rows, title)
         return
     from rich import box
+    from rich.cells import cell_len
     from rich.console import Console
     from rich.table import Table
 
     console = Console(file=out, highlight=False)
+    natural = [
+        max([cell_len(c.name), *(cell_len(row[i]) for row in rows)]) for i, c in enumerate(specs)
+    ]
+    shown = list(range(len(specs)))
+
+    def least(index: int) -> int:
+        return natural[index] if specs[index].kind != "text" else min(natural[index], TEXT_MIN)
+
+    def too_wide() -> bool:
+        return sum(least(i) for i in shown) + GAP * (len(shown) - 1) > console.width
+
+    dropped: list[int] = []
+    while too_wide():
+        droppable = [i for i in shown if specs[i].drop is not None]
+        if not droppable:
+            break
+        worst = min(droppable, key=lambda i: (specs[i].drop, -i))
+        shown.remove(worst)
+        dropped.append(worst)
+    for index in reversed(dropped[:-1]):  # one left out later may have made room for it
+        shown = sorted([*shown, index])
+        if too_wide():
+            shown.remove(index)
+        else:
+            dropped.remove(index)
+    room = console.width - GAP * (len(shown) - 1)
+    widths = _fit([natural[i] for i in shown], [specs[i].kind for i in shown], room, TEXT_MIN)
     grid = Table(box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False, title=title)
-    for index, name in enumerate(columns):
+    for index, width in zip(shown, widths, strict=True):
+        spec = specs[index]
+        whole = spec.kind != "text" and width >= natural[index]
         grid.add_column(
-            name, justify="right" if index in right else "left", no_wrap=True, overflow="fold"
+            spec.name,
+            justify="right" if spec.right else "left",
+            width=width,
+            no_wrap=whole,
+            overflow="fold",  # never an ellipsis: what does not fit goes on the next line
         )
     for row in rows:
-        grid.add_row(*row)
+        grid.add_row(*(row[i] for i in shown))
     console.print(grid, markup=False)
+    if dropped:
+        names = ", ".join(specs[i].name for i in sorted(dropped))
+        note = f"(left out to fit {console.width} columns: {names}; --json shows all)"
+        console.print(note, markup=False)  # (wrapped to the terminal's width)
+
+
+def _fit(natural: list[int], kinds: list[str], room: int, least: int) -> list[int]:
+    """Column widths within ``room``: the columns that do not wrap keep their natural
+    width; the wrapping ones share what is left (none below ``least`` unless less is
+    left), the narrow ones keeping theirs. If even that is too wide (an id longer than
+    the terminal), the text columns get ``least`` and the ids share the rest: they fold,
+    printed whole over several lines."""
+    widths = list(natural)
+    fixed = sum(w for w, kind in zip(natural, kinds, strict=True) if kind != "text")
+    flexible = [i for i, kind in enumerate(kinds) if kind == "text"]
+    left = room - fixed
+    if left < least * len(flexible):
+        ids = [i for i, kind in enumerate(kinds) if kind == "id"]
+        for i in flexible:
+            widths[i] = least
+        spare = room - sum(widths[i] for i in range(len(kinds)) if i not in ids)
+        total = sum(natural[i] for i in ids) or 1
+        for i in ids:
+            widths[i] = max(1, spare * natural[i] // total)
+        return widths
+    for i in sorted(flexible, key=lambda i: natural[i]):
+        share = left // len(flexible)
+        widths[i] = min(natural[i], max(least, share))
+        left -= widths[i]
+        flexible = [j for j in flexible if j != i]
+    return widths
 
 
 def _plain_table(
     out: TextIO,
-    columns: Sequence[str],
+    columns: Sequence[Column],
     rows: Sequence[Sequence[str]],
-    right: frozenset[int],
     title: str | None,
 ) -> None:
-    widths = [max([len(name), *(len(row[i]) for row in rows)]) for i, name in enumerate(columns)]
+    widths = [max([len(c.name), *(len(row[i]) for row in rows)]) for i, c in enumerate(columns)]
     last = len(columns) - 1
     if title:
         out.write(title + "\n")
-    for row in [columns, *rows]:
+    for row in [[c.name for c in columns], *rows]:
         cells = [
-            cell if i == last else cell.rjust(widths[i]) if i in right else cell.ljust(widths[i])
+            cell
+            if i == last
+            else cell.rjust(widths[i])
+            if columns[i].right
+            else cell.ljust(widths[i])
             for i, cell in enumerate(row)
         ]
         out.write("  ".join(cells).rstrip() + "\n")
@@ -228,6 +321,7 @@ def progress(
     from rich.console import Console
     from rich.progress import (
         BarColumn,
+        DownloadColumn,
         MofNCompleteColumn,
         Progress,
         ProgressColumn,
@@ -235,6 +329,7 @@ def progress(
         TextColumn,
         TimeElapsedColumn,
         TimeRemainingColumn,
+        TransferSpeedColumn,
     )
     from rich.text import Text
 
@@ -243,8 +338,20 @@ def progress(
             speed = task.finished_speed or task.speed
             return Text("" if speed is None else f"{speed:,.0f} {unit}/s")
 
-    columns: list[Any] = [TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn()]
-    columns += [Rate(), TextColumn("ETA"), TimeRemainingColumn(), TimeElapsedColumn()]
+    class Done(ProgressColumn):
+        """How much is done, without a total: ``N unit`` once there is any."""
+
+        def render(self, task: Task) -> Text:
+            return Text(f"{int(task.completed):,} {unit}" if task.completed else "")
+
+    columns: list[Any] = [TextColumn("{task.description}"), BarColumn()]
+    if total is None:  # no count to show against: what is done so far, and the time
+        columns += [Done(), TextColumn("elapsed"), TimeElapsedColumn()]
+    else:
+        counted: list[Any] = [DownloadColumn(), TransferSpeedColumn()]
+        if unit != "bytes":
+            counted = [MofNCompleteColumn(), Rate()]
+        columns += [*counted, TextColumn("ETA"), TimeRemainingColumn(), TimeElapsedColumn()]
     with Progress(*columns, console=Console(file=stream), transient=True) as bar:
         task = bar.add_task(label, total=total)
         yield lambda n: bar.advance(task, n)

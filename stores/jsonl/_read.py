@@ -41,6 +41,8 @@ from ._write import Layout
 __all__ = ["Reader"]
 
 _KEEP_VIEWS = 256
+#: Events decoded at a time by ``check_integrity`` (memory stays flat per session).
+_CHECK_PAGE = 1000
 
 
 class Reader:
@@ -280,7 +282,9 @@ class Reader:
                         stem = name[: -len(".jsonl")]
                         if stem_id(stem) not in (None, index.header.id):
                             return False, f"{path}: byte 0: holds session {index.header.id!r}"
-                        self._rows(index.header.id, index, 0, index.head)
+                        for lo in range(0, index.head, _CHECK_PAGE):
+                            hi = min(lo + _CHECK_PAGE, index.head)
+                            self._rows(index.header.id, index, lo, hi)
                     finally:
                         index.close()
                 except (StoreCorruptError, UnsupportedFormatError) as exc:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import os
-import tempfile
+import secrets
 from collections.abc import Callable
 from contextlib import AbstractContextManager
 from typing import Any
@@ -148,10 +148,9 @@ class SqliteMaintenance:
             raise InvalidArgumentError(f"backup destination {target!r} already exists")
         directory = os.path.dirname(os.path.abspath(target))
         try:
-            fd, temporary = tempfile.mkstemp(prefix=".tidelog-backup-", dir=directory)
+            temporary = _new_file(directory)
         except OSError as exc:
             raise StoreIOError(f"backup: cannot create a file in {directory!r}: {exc}") from exc
-        os.close(fd)
         try:
             with self._connection("backup") as conn:
                 _copy(conn, temporary, progress)
@@ -189,6 +188,19 @@ def _copy(
                         progress(total - step.remaining, total)
     finally:
         destination.close()
+
+
+def _new_file(directory: str) -> str:
+    """A new empty file in ``directory``, created like any new file (its mode follows the
+    umask; ``tempfile.mkstemp`` would make it 0600, and the backup keeps the mode)."""
+    while True:
+        path = os.path.join(directory, f".tidelog-backup-{secrets.token_hex(8)}")
+        try:
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o666)
+        except FileExistsError:
+            continue
+        os.close(fd)
+        return path
 
 
 def _fsync(path: str) -> None:

@@ -4,9 +4,9 @@ run, and what is never deleted (a session a live writer holds, one a fork borrow
 from __future__ import annotations
 
 import json
-import time
 from pathlib import Path
 
+import apsw
 import trio
 from cli_support import db_state, files, tidelog
 
@@ -27,6 +27,16 @@ def _seed(db: Path, runs: dict[str, list[tuple[str, RunStatus, float]]]) -> None
                     await checkpoints(rt).append(run_id, [UserMessage(run_id)], head)
 
     trio.run(seed)
+
+
+def _age_everything(db: Path, *, hours: float) -> None:
+    """Make every session of ``db`` look last updated ``hours`` earlier (the file's own
+    column, written the way a session that old would have it)."""
+    conn = apsw.Connection(str(db))
+    try:
+        conn.execute("UPDATE sessions SET updated_at = updated_at - ?", (hours * 3600,))
+    finally:
+        conn.close()
 
 
 def _ids(db: Path) -> list[str]:
@@ -66,12 +76,12 @@ def test_prune_never_touches_live_writers_nor_lent_events(tmp_path: Path) -> Non
     db = tmp_path / "p.db"
     _seed(db, {"old": [("o1", "completed", 1.0)], "held": [("h1", "completed", 1.0)]})
     _seed(db, {"parent": [("p1", "completed", 1.0)]})
-    time.sleep(1.2)
+    _age_everything(db, hours=2)  # old by a margin no slow start of a process can eat
     store = SqliteStore(db)
     store.fork("parent", "recent-fork")
     store.acquire_lease("held", "someone", ttl=60.0, holder=local_holder())
     store.close()
-    proc = tidelog("prune", str(db), "--older-than", "1s", "--json", cwd=tmp_path)
+    proc = tidelog("prune", str(db), "--older-than", "1h", "--json", cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
     actions = _actions(proc.stdout)
     assert actions["old"]["deleted"]

@@ -105,3 +105,16 @@ def test_rewind_keeps_exactly_n_entries_and_no_dangling_sidecar(tmp_path: Path) 
     proc = tidelog("rewind", str(db), "chat", "--keep", "9", cwd=tmp_path)
     assert proc.returncode == 0
     assert "kept 4 entries, removed 0" in proc.stdout
+
+
+def test_fork_into_the_reserved_namespace_is_refused(tmp_path: Path) -> None:
+    """`fork DB chat tidelog/run/zz`: exit 2 with a message saying the id is reserved,
+    nothing created, and `check` still finds nothing wrong."""
+    db = tmp_path / "f.db"
+    _seed(db, [[UserMessage("m")]])
+    proc = tidelog("fork", str(db), "chat", "tidelog/run/zz", cwd=tmp_path)
+    assert proc.returncode == 2, proc.stderr
+    assert "'tidelog/' are tidelog's own" in proc.stderr
+    listed = tidelog("ls", str(db), "--internal", "--jsonl", cwd=tmp_path)
+    assert [json.loads(line)["id"] for line in listed.stdout.splitlines()] == ["chat"]
+    assert tidelog("check", str(db), cwd=tmp_path).returncode == 0

@@ -86,7 +86,10 @@ def _copy_of_the_repository(target: Path) -> Path:
     setup must find it installed and up to date (else it would reinstall the project
     from the copy into the real ``.venv``), so this fails first if it is not."""
     wanted = hashlib.sha256(
-        (ROOT / "pyproject.toml").read_bytes() + (ROOT / ".ci" / "constraints.txt").read_bytes()
+        b"".join(
+            (ROOT / name).read_bytes()
+            for name in ("pyproject.toml", ".ci/constraints.txt", ".ci/setup")
+        )
     ).hexdigest()
     stamp = ROOT / ".venv" / ".tidelog-installed"
     if not stamp.exists() or stamp.read_text().strip() != wanted:

@@ -5,7 +5,9 @@ from __future__ import annotations
 import pytest
 
 from runtime import (
+    INTERNAL_PREFIX,
     InvalidArgumentError,
+    InvalidSessionIdError,
     NewEvent,
     Runtime,
     SessionExistsError,
@@ -73,3 +75,15 @@ async def test_snapshot_across_fork_and_truncate(rt: Runtime) -> None:
                     await snap.read()
                 assert [e.data for e in await child_snap.read()] == [e.data for e in before]
                 assert (await child_snap.values(["stats"]))["stats"]["events"] == 5
+
+
+async def test_fork_into_the_reserved_namespace_needs_internal(rt: Runtime) -> None:
+    """A fork's new id in the reserved namespace is refused as a write open refuses it
+    (nothing created), and allowed with ``internal=True``."""
+    async with rt.open_session("p") as w:
+        await w.append([ev(1)])
+    with pytest.raises(InvalidSessionIdError, match="reserved"):
+        await rt.fork("p", INTERNAL_PREFIX + "run/zz")
+    assert await rt.stat(INTERNAL_PREFIX + "run/zz") is None
+    info = await rt.fork("p", INTERNAL_PREFIX + "run/zz", internal=True)
+    assert info.parent == ("p", 1)
