@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import json
 import os
 import threading
 import time
@@ -98,6 +99,8 @@ class SessionLock:
     """This process's hold on one session's lock file."""
 
     fd: int
+    #: The session's id (what a lease lists: a long id's lock file has a hashed name).
+    session_id: str = ""
     #: The lease: its owner token, holder and expiry (owner None: no lease, a write only).
     owner: str | None = None
     holder: str = ""
@@ -160,7 +163,7 @@ class Shared:
         except BaseException:
             os.close(fd)
             raise
-        held = SessionLock(fd)
+        held = SessionLock(fd, session_id)
         self.locks[stem] = held
         return held, True
 
@@ -176,33 +179,51 @@ class Shared:
         os.close(held.fd)
 
     def set_lease(self, stem: str, owner: str, holder: str, expires: float) -> None:
-        """Record the lease in the held lock (and its holder in the lock file)."""
+        """Record the lease in the held lock (and its holder in the lock file; for a
+        hashed stem, the session's id on a second line, for :func:`read_lock`)."""
         held = self.locks[stem]
         if held.holder != holder or held.owner is None:
-            data = holder.encode("utf-8")
+            text = holder if "~" not in stem else f"{holder}\n{json.dumps(held.session_id)}"
+            data = text.encode("utf-8")
             with contextlib.suppress(OSError):
                 os.ftruncate(held.fd, 0)
                 os.pwrite(held.fd, data, 0)
         held.owner, held.holder, held.expires = owner, holder, expires
 
 
-def _read_holder(fd: int) -> str:
+def _read_lock(fd: int) -> tuple[str, str | None]:
     try:
-        return os.pread(fd, 2048, 0).decode("utf-8", "replace").strip()
+        text = os.pread(fd, 4096, 0).decode("utf-8", "replace").strip()
     except OSError:
-        return ""
+        return "", None
+    holder, _, rest = text.partition("\n")
+    try:
+        session_id = json.loads(rest) if rest else None
+    except ValueError:
+        session_id = None
+    return holder.strip(), session_id if isinstance(session_id, str) else None
+
+
+def _read_holder(fd: int) -> str:
+    return _read_lock(fd)[0]
+
+
+def read_lock(path: str) -> tuple[str, str | None]:
+    """The holder a lock file names ("" when none, or when it cannot be read) and the
+    session id it names (a lock file with a hashed name), else None."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
+    except OSError:
+        return "", None
+    try:
+        return _read_lock(fd)
+    finally:
+        os.close(fd)
 
 
 def read_holder(path: str) -> str:
     """The holder a lock file names ("" when none, or when it cannot be read)."""
-    try:
-        fd = os.open(path, os.O_RDONLY)
-    except OSError:
-        return ""
-    try:
-        return _read_holder(fd)
-    finally:
-        os.close(fd)
+    return read_lock(path)[0]
 
 
 _REGISTRY: dict[tuple[int, int], Shared] = {}

@@ -174,9 +174,13 @@ def decode_header(line: bytes, path: str) -> Header:
     except (ValueError, RecursionError):
         value = None
     if not isinstance(value, dict) or value.get("tidelog") != MAGIC:
+        if is_ours(line):
+            raise StoreCorruptError(f"{path}: byte 0: damaged or cut header record")
         raise UnsupportedFormatError(f"{path}: not a tidelog session file (no header record)")
     version = value.get("format")
-    if type(version) is not int or version > FORMAT or version < 1:
+    if type(version) is not int or version < 1:
+        raise StoreCorruptError(f"{path}: byte 0: damaged header record (format {version!r})")
+    if version > FORMAT:
         raise UnsupportedFormatError(
             f"{path}: session file format {version!r}; this tidelog reads formats 1..{FORMAT}"
         )
@@ -201,6 +205,26 @@ def decode_header(line: bytes, path: str) -> Header:
     except (KeyError, TypeError, ValueError) as exc:
         raise StoreCorruptError(f"{path}: byte 0: damaged header record ({exc})") from exc
     return result
+
+
+#: How every header record starts (the encoder writes these keys first).
+_HEAD_START = b'{"tidelog":"session","format":'
+#: Parts of every header record: a line holding two of them is a damaged header.
+_HEAD_PARTS = (
+    b'"tidelog":"session"', b'"format":', b'"incarnation":', b'"epoch":', b'"cuts":',
+    b'"created_at":', b'"base_seq":', b'"bases":',
+)  # fmt: skip
+
+
+def is_ours(line: bytes) -> bool:
+    """Does ``line`` (a header line that does not hold together, or the start of one) look
+    like a tidelog header record: empty (tidelog publishes whole files only), cut inside
+    the start every header has, or holding two of its parts (one damaged byte can spoil
+    only one)? Such a file is a damaged tidelog file, not a foreign one."""
+    n = min(len(line), len(_HEAD_START))
+    if line[:n] == _HEAD_START[:n]:
+        return True
+    return sum(part in line for part in _HEAD_PARTS) >= 2
 
 
 def _int(value: Any) -> int:

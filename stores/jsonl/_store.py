@@ -55,10 +55,11 @@ from .._errors import (
     StoreCorruptError,
     StoreIOError,
     TidelogError,
+    UnsupportedFormatError,
 )
 from .._leases import holder_is_dead, lease_is_free
 from .._records import JSON, LeaseInfo, SessionInfo, check_flag, validate_session_id
-from ._files import IO, Shared, read_holder, release_shared, shared_for
+from ._files import IO, Shared, read_lock, release_shared, shared_for
 from ._format import FORMAT, Codec, file_stem, stem_id
 from ._format1 import migrate
 from ._format2 import PLAIN
@@ -420,10 +421,11 @@ class JsonlStore(Reader, BatchingStore):
         found: dict[str, LeaseInfo] = {}
         shared = self._handle("list_leases")
         with shared.mutex:
-            for stem, held in shared.locks.items():
-                sid = stem_id(stem)
-                if held.owner is not None and sid is not None:
-                    found[sid] = LeaseInfo(sid, held.owner, held.holder, held.expires)
+            for held in shared.locks.values():
+                if held.owner is not None and held.session_id:
+                    found[held.session_id] = LeaseInfo(
+                        held.session_id, held.owner, held.holder, held.expires
+                    )
             try:
                 names = os.listdir(os.path.join(self.root, "locks"))
             except FileNotFoundError:
@@ -432,15 +434,30 @@ class JsonlStore(Reader, BatchingStore):
                 raise StoreIOError(f"list_leases: cannot list the lock files ({exc})") from exc
             for name in names:
                 stem = name.removesuffix(".lock")
-                sid = stem_id(stem)
-                if sid is None or sid in found or stem in shared.locks:
+                if stem in shared.locks or not name.endswith(".lock"):
                     continue
-                holder = read_holder(shared.lock_path(stem))
-                if holder and not holder_is_dead(holder):
+                sid = stem_id(stem)
+                if sid is not None and sid in found:
+                    continue
+                holder, named = read_lock(shared.lock_path(stem))
+                if sid is None and "~" in stem:  # a long id: named in the lock file
+                    sid = named if named is not None and file_stem(named) == stem else None
+                    if sid is None:
+                        sid = self._id_of(stem)
+                if sid is not None and holder and not holder_is_dead(holder):
                     found[sid] = LeaseInfo(sid, "", holder, math.inf)
         return [
             info for sid, info in sorted(found.items()) if prefix is None or sid.startswith(prefix)
         ]
+
+    def _id_of(self, stem: str) -> str | None:
+        """The session id a hashed stem's file names in its header (None: no file)."""
+        with self._reading("list_leases"):
+            try:
+                view = self._view("", stem)
+            except (StoreCorruptError, UnsupportedFormatError):
+                return None
+            return None if view is None else view.header.id
 
     # -- handles -----------------------------------------------------------------------
 

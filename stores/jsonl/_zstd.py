@@ -239,14 +239,15 @@ class Zstd(Codec):
         n = frame_size(first, 0)
         if n == TORN:
             return None
-        try:
-            if n < 0:
-                raise ValueError("not a checksummed zstd frame")
-            text = self.expand(memoryview(first)[:n])
-        except (ValueError, ZstdError) as exc:
+        if n < 0:
             raise UnsupportedFormatError(
-                f"{path}: not a tidelog session file (a zstd stream without a header record: {exc})"
-            ) from exc
+                f"{path}: not a tidelog session file (a zstd stream without a header record: "
+                "not a checksummed zstd frame)"
+            )
+        try:
+            text = self.expand(memoryview(first)[:n])
+        except (ValueError, ZstdError) as exc:  # a checksummed frame that fails: damaged
+            raise StoreCorruptError(f"{path}: byte 0: damaged header frame ({exc})") from exc
         line = text.split(b"\n", 1)[0]
         decode_header(line, path)  # a foreign record: UnsupportedFormatError
         if text != line + b"\n":
