@@ -5,6 +5,7 @@ process writes the store."""
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -172,3 +173,47 @@ def test_check_runs_while_another_process_holds_a_session(holder: tuple[Path, st
     assert done.returncode == 0, (done.stdout, done.stderr)
     assert "held while that process runs" in done.stdout
     assert theirs in done.stdout
+
+
+# -- creation killed before the marker -----------------------------------------------------------
+
+
+@pytest.mark.slow
+def test_creation_killed_before_its_marker_is_completed(tmp_path: Path) -> None:
+    """A store creation SIGKILLed after its sub-directories, before its marker, leaves a
+    directory that the next open completes (a crashed ``tidelog import`` can be re-run);
+    a directory holding anything else stays foreign."""
+    root = tmp_path / "store"
+    child = spawn("create-store", str(root), "store directories made")
+    _, err = child.communicate(timeout=60)
+    assert child.returncode == -signal.SIGKILL, err
+    assert not (root / "tidelog-jsonl.json").exists()
+    assert (root / "sessions").is_dir()
+    store = JsonlStore(root)
+    try:
+        assert store.append("s", [NewEvent("k")]) == 1
+    finally:
+        store.close()
+    assert (root / "tidelog-jsonl.json").exists()
+    other = tmp_path / "other"
+    (other / "sessions").mkdir(parents=True)
+    (other / "sessions" / "notes.txt").write_text("mine")
+    with pytest.raises(UnsupportedFormatError):
+        JsonlStore(other)
+    assert not (other / "tidelog-jsonl.json").exists()
+    assert sorted(p.name for p in other.iterdir()) == ["sessions"]
+
+
+def test_directory_of_empty_store_subdirectories_is_completed(tmp_path: Path) -> None:
+    """What a creation killed before its marker leaves (the sub-directories, empty, and the
+    marker's temporary file) opens as a new store."""
+    root = tmp_path / "store"
+    for sub in ("sessions", "locks", "bases", "projections", "intents", "tmp"):
+        (root / sub).mkdir(parents=True)
+    (root / "tmp" / "0123abcd.tmp").write_bytes(b'{"tidelog":')
+    store = JsonlStore(root)
+    try:
+        assert store.append("s", [NewEvent("k")]) == 1
+        assert store.check_integrity() == (True, "ok")
+    finally:
+        store.close()
