@@ -19,6 +19,7 @@ which tests replace to inject failures.
 from __future__ import annotations
 
 import contextlib
+import errno
 import fcntl
 import json
 import os
@@ -33,7 +34,16 @@ import attrs
 from .._errors import SessionOwnedError, StoreBusyError, StoreIOError
 from .._leases import holder_is_dead
 
-__all__ = ["IO", "SessionLock", "Shared", "fsync_dir", "publish", "shared_for", "write_all"]
+__all__ = [
+    "IO",
+    "SessionLock",
+    "Shared",
+    "fsync_dir",
+    "publish",
+    "shared_for",
+    "why",
+    "write_all",
+]
 
 
 @attrs.define
@@ -47,6 +57,17 @@ class _IO:
 
 #: The seam: tests replace its attributes to fail writes, fsyncs or truncates.
 IO = _IO()
+
+
+def why(exc: OSError) -> str:
+    """What an ``OSError`` from opening one of the store's files means (``O_NOFOLLOW``:
+    the store's files are opened without following a symbolic link at their name)."""
+    if exc.errno == errno.ELOOP:
+        return (
+            "a symbolic link where tidelog keeps a file: refused, tidelog never writes "
+            "through one; remove the link"
+        )
+    return str(exc)
 
 
 def write_all(fd: int, data: bytes) -> None:
@@ -75,7 +96,7 @@ def publish(tmp_dir: str, final: str, data: bytes, *, replace: bool) -> None:
     creators racing for one name: exactly one wins) or rename it over ``final``. The caller
     fsyncs the directory when it needs the name durable."""
     tmp = os.path.join(tmp_dir, f"{uuid.uuid4().hex}.tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644)
     try:
         try:
             write_all(fd, data)
@@ -137,9 +158,9 @@ class Shared:
             return held, False
         path = self.lock_path(stem)
         try:
-            fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+            fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o644)
         except OSError as exc:
-            raise StoreIOError(f"{path}: cannot open the lock file ({exc})") from exc
+            raise StoreIOError(f"{path}: cannot open the lock file ({why(exc)})") from exc
         deadline = time.monotonic() + busy_ms / 1000.0
         delay = 0.0005
         try:

@@ -225,7 +225,7 @@ def migrate(
         try:
             os.link(path, keep)
         except FileExistsError:
-            if os.stat(keep).st_ino != index.ino:
+            if os.lstat(keep).st_ino != index.ino:  # (a planted symlink is not it)
                 raise StoreIOError(f"{keep}: exists and is not {path}'s source") from None
         fsync_dir(migrated_dir)
         step("migration: source kept")

@@ -38,7 +38,7 @@ import uuid
 from collections.abc import Callable
 
 from .._errors import SessionOwnedError, StoreBusyError, StoreIOError
-from ._files import IO, Shared, fsync_dir
+from ._files import IO, Shared, fsync_dir, why
 from ._format import file_stem
 
 __all__ = ["STEP", "begin_group", "pending", "recover", "recover_all", "step"]
@@ -79,7 +79,7 @@ def begin_group(
         end = info.st_size if index is None else index.end
         entries.append({"stem": stem, "exists": True, "ino": info.st_ino, "end": end})
     backups: list[str] = []
-    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o644)
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX)
         os.write(fd, json.dumps({"group": group, "members": entries}).encode())
@@ -129,7 +129,7 @@ def begin_group(
 
 
 def _fsync_file(path: str) -> None:
-    fd = os.open(path, os.O_RDONLY)
+    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
     try:
         IO.fsync(fd)
     finally:
@@ -159,7 +159,7 @@ def pending(intents_dir: str, stem: str | None) -> list[str]:
 
 def _members(path: str) -> list[dict[str, object]] | None:
     try:
-        with open(path, "rb") as f:
+        with open(os.open(path, os.O_RDONLY | os.O_NOFOLLOW), "rb") as f:
             value = json.loads(f.read())
         return list(value["members"])
     except FileNotFoundError:
@@ -174,9 +174,13 @@ def recover(
     """Roll back the group of intent ``path`` if its writer is gone (see the module doc);
     False if it is still running. ``keep``: a stem whose lock the caller holds."""
     try:
-        fd = os.open(path, os.O_RDWR)
+        fd = os.open(path, os.O_RDWR | os.O_NOFOLLOW)
     except FileNotFoundError:
         return True
+    except OSError as exc:
+        raise StoreIOError(
+            f"{path}: cannot open an unfinished group's intent ({why(exc)})"
+        ) from exc
     try:
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -226,7 +230,7 @@ def _roll_back(
     with contextlib.suppress(FileNotFoundError):  # a rename onto the same inode keeps both
         os.unlink(backup)
     end = int(member["end"])  # type: ignore[call-overload]
-    fd = os.open(session, os.O_RDWR)
+    fd = os.open(session, os.O_RDWR | os.O_NOFOLLOW)
     try:
         if os.fstat(fd).st_size > end:
             IO.truncate(fd, end)

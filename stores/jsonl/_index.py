@@ -17,6 +17,7 @@ import zlib
 from array import array
 
 from .._errors import StoreCorruptError, StoreIOError, UnsupportedFormatError
+from ._files import why
 from ._format import Codec, Header, Row, corrupt, decode_header
 from ._format1 import FORMAT1
 from ._format2 import PLAIN
@@ -90,11 +91,13 @@ class FileIndex:
         """Open and index the file at ``path`` (loading what ``sidecar`` holds of its
         index); ``None`` if it does not exist."""
         try:
-            fd = os.open(path, (os.O_RDWR | os.O_APPEND) if write else os.O_RDONLY)
+            fd = os.open(
+                path, ((os.O_RDWR | os.O_APPEND) if write else os.O_RDONLY) | os.O_NOFOLLOW
+            )
         except FileNotFoundError:
             return None
         except OSError as exc:
-            raise StoreIOError(f"{path}: cannot open ({exc})") from exc
+            raise StoreIOError(f"{path}: cannot open ({why(exc)})") from exc
         try:
             index = cls.from_fd(path, fd, sidecar)
         except BaseException:

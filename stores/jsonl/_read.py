@@ -13,6 +13,7 @@ import contextlib
 import json
 import os
 import threading
+import uuid
 from contextlib import AbstractContextManager
 from typing import Any
 
@@ -318,9 +319,10 @@ class Reader:
             )
             entries[name] = [version, pin.as_of_seq, pin.epoch, state_json]
             body = json.dumps({"incarnation": pin.incarnation, "entries": entries})
-            tmp = f"{path}.{os.getpid()}.{threading.get_ident()}.tmp"
+            tmp = f"{path}.{uuid.uuid4().hex}.tmp"
             try:
-                with open(tmp, "w", encoding="utf-8") as f:
+                flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW
+                with open(os.open(tmp, flags, 0o644), "w", encoding="utf-8") as f:
                     f.write(body)
                 os.replace(tmp, path)
             except OSError as exc:
@@ -352,7 +354,7 @@ class Reader:
 
 def _load(path: str) -> dict[str, Any]:
     try:
-        with open(path, encoding="utf-8") as f:
+        with open(os.open(path, os.O_RDONLY | os.O_NOFOLLOW), encoding="utf-8") as f:
             value = json.load(f)
     except (OSError, ValueError):
         return {}

@@ -20,7 +20,12 @@ import contextlib
 import json
 import os
 
-from .._errors import InvalidArgumentError, StoreIOError, UnsupportedFormatError
+from .._errors import (
+    InvalidArgumentError,
+    StoreCorruptError,
+    StoreIOError,
+    UnsupportedFormatError,
+)
 from ._files import fsync_dir, publish
 from ._group import step
 
@@ -44,7 +49,7 @@ def check_root(root: object) -> str:
 
 def _read_marker(path: str) -> None:
     try:
-        with open(path, "rb") as f:
+        with open(os.open(path, os.O_RDONLY | os.O_NOFOLLOW), "rb") as f:
             value = json.loads(f.read(4096))
     except (ValueError, UnicodeDecodeError):
         value = None
@@ -73,13 +78,27 @@ def _half_created(root: str) -> bool:
     return True
 
 
+def _no_links(root: str) -> None:
+    """Refuse a store whose own names (marker, sub-directories, change log) are symbolic
+    links: tidelog never writes outside its directory through one."""
+    for name in (MARKER, *_SUBDIRS, "changes"):
+        path = os.path.join(root, name)
+        if os.path.islink(path):
+            raise StoreCorruptError(
+                f"{path}: a symbolic link where tidelog keeps its own "
+                f"{'file' if name in (MARKER, 'changes') else 'directory'}: refused (tidelog "
+                "never writes through one); remove the link"
+            )
+
+
 def open_root(root: str, *, read_only: bool) -> None:
     """Check (and, unless ``read_only``, create) the store directory ``root``."""
     marker = os.path.join(root, MARKER)
     try:
         if os.path.exists(root) and not os.path.isdir(root):
             raise InvalidArgumentError(f"{root!r} is not a directory")
-        if os.path.exists(marker):
+        if os.path.lexists(marker):
+            _no_links(root)
             _read_marker(marker)
             if not read_only:
                 for sub in _SUBDIRS:

@@ -243,7 +243,9 @@ class JsonlStore(Reader, BatchingStore):
         try:
             if self._changes_fd < 0:
                 self._changes_fd = os.open(
-                    self._layout.changes, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644
+                    self._layout.changes,
+                    os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW,
+                    0o644,
                 )
             os.write(self._changes_fd, b"+")
             self._bumps += 1

@@ -384,7 +384,7 @@ def _fsync_path(path: str, fd: int) -> None:
             if exc.errno != 9:  # EBADF: closed since; fsync through the path
                 raise
     try:
-        fd = os.open(path, os.O_RDONLY)
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
     except FileNotFoundError:
         return  # deleted or replaced since: nothing left to sync
     try:
