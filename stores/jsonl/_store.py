@@ -69,15 +69,12 @@ from ._ops import apply_op, check_header_id, fork_session
 from ._read import Reader
 from ._root import check_root, open_root
 from ._sidecar import persist
-from ._write import BatchFailure, Layout, Txn, new_header
+from ._write import BatchFailure, Layout, Txn, new_header, trim_writers
 from ._zstd import ZSTD, require
 
 __all__ = ["JsonlStore", "Synchronous"]
 
 Synchronous = Literal["normal", "full"]
-
-#: Writer-side file indexes kept open for sessions this process does not hold.
-_KEEP_WRITERS = 256
 
 
 class JsonlStore(Reader, BatchingStore):
@@ -231,11 +228,7 @@ class JsonlStore(Reader, BatchingStore):
             IO.truncate(index.fd, index.end)  # a torn tail: never served, removed durably
             IO.fsync(index.fd)
         persist(index)  # what a scan found (if much) is kept for the next process
-        if len(writers) > _KEEP_WRITERS:
-            for other in [s for s in writers if s not in shared.locks and s != stem]:
-                dropped = writers.pop(other)
-                if dropped is not None:
-                    dropped.close()
+        trim_writers(shared, stem)
         return index
 
     def _bump(self) -> None:
@@ -409,7 +402,9 @@ class JsonlStore(Reader, BatchingStore):
         with self._writing("release_lease") as shared:
             held = shared.locks.get(stem)
             if held is not None and held.owner == owner:
-                _save_index(shared.writers.get(stem))  # the last chance under the lock
+                index = shared.writers.pop(stem, None)
+                _save_index(index)  # the last chance under the lock
+                _close_index(index)  # freed with the lease (its sidecar has it all)
                 shared.unlock(stem)
 
     def list_leases(self, *, prefix: str | None = None) -> list[LeaseInfo]:

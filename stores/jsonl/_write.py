@@ -35,7 +35,11 @@ from ._format import FORMAT, Codec, Header, file_stem
 from ._index import FileIndex
 from ._sidecar import persist
 
-__all__ = ["BatchFailure", "Layout", "Txn"]
+__all__ = ["BatchFailure", "Layout", "Txn", "trim_writers"]
+
+#: Writer-side file indexes kept open for sessions this process does not hold (each
+#: holds a descriptor: a lease's index is closed when the lease is released).
+KEEP_WRITERS = 64
 
 #: Cut history kept in a header; older cuts fold into one (conservative for old pins).
 MAX_CUTS = 256
@@ -372,7 +376,22 @@ class Txn:
         self._indexes[path] = index
         if old is not None and old is not index:
             self._done.append(old.close)
+        self._done.append(lambda: trim_writers(self.shared, stem))
         return index
+
+
+def trim_writers(shared: Shared, keep: str) -> None:
+    """Close writer-side indexes past :data:`KEEP_WRITERS` of sessions whose lock this
+    process does not hold (``keep``: the one just used). The caller holds the mutex."""
+    writers = shared.writers
+    if len(writers) <= KEEP_WRITERS:
+        return
+    for other in [s for s in writers if s not in shared.locks and s != keep]:
+        dropped = writers.pop(other)
+        if dropped is not None:
+            dropped.close()
+        if len(writers) <= KEEP_WRITERS // 2:
+            break
 
 
 def _fsync_path(path: str, fd: int) -> None:
