@@ -23,9 +23,11 @@ first write to a session an intent names (and a writable store runs it at open),
 write ever lands on top of half a group. Recovery is idempotent: a crash during it is
 recovered again.
 
-Readers take no lock, so a reader of one member may see the group's change in it before
-the group committed; if the group is then rolled back, that reader saw events that are
-gone (visibility across files is per file, not atomic).
+Readers take no lock. A read-only handle applies the commit rule: a member of a group
+whose intent is there is served as it was before the group (:func:`uncommitted`,
+:func:`before_group`). A writable handle's reads may see one member's change before its
+group committed; if the group is then rolled back, that reader saw events that are gone
+(visibility across files is per file, not atomic).
 """
 
 from __future__ import annotations
@@ -41,7 +43,16 @@ from .._errors import SessionOwnedError, StoreBusyError, StoreIOError
 from ._files import IO, Shared, fsync_dir, why
 from ._format import file_stem
 
-__all__ = ["STEP", "begin_group", "pending", "recover", "recover_all", "step"]
+__all__ = [
+    "STEP",
+    "before_group",
+    "begin_group",
+    "pending",
+    "recover",
+    "recover_all",
+    "step",
+    "uncommitted",
+]
 
 
 def _no_step(name: str) -> None:
@@ -155,6 +166,52 @@ def pending(intents_dir: str, stem: str | None) -> list[str]:
         if members is not None and (stem is None or any(m["stem"] == stem for m in members)):
             found.append(path)
     return found
+
+
+def uncommitted(intents_dir: str, known: dict[str, list[dict[str, object]]]) -> dict[str, str]:
+    """``stem -> group`` of every member of a group that has not reached its commit point
+    (its intent is there, whole). ``known``: intents already read (``name -> members``),
+    updated in place (an intent does not change once whole)."""
+    try:
+        names = [n for n in os.listdir(intents_dir) if n.endswith(".intent")]
+    except FileNotFoundError:
+        names = []
+    for gone in [n for n in known if n not in names]:
+        del known[gone]
+    found: dict[str, str] = {}
+    for name in names:
+        members = known.get(name)
+        if members is None:
+            members = _members(os.path.join(intents_dir, name))
+            if not members:
+                continue  # gone, or not whole yet: no member changed
+            known[name] = members
+        for member in members:
+            found[str(member["stem"])] = name[: -len(".intent")]
+    return found
+
+
+def before_group(
+    intents_dir: str,
+    sessions_dir: str,
+    group: str,
+    stem: str,
+    known: dict[str, list[dict[str, object]]],
+) -> tuple[str, int] | None:
+    """Where a member of an uncommitted group is as it was before the group: ``(path,
+    committed length)`` of its old inode (the group's backup link, or the file itself if
+    it was not linked yet), or None if it did not exist."""
+    for member in known.get(f"{group}.intent", ()):
+        if member["stem"] != stem:
+            continue
+        if not member.get("exists"):
+            return None
+        end = int(member["end"])  # type: ignore[call-overload]
+        backup = os.path.join(intents_dir, f"{group}.{stem}.bak")
+        if os.path.lexists(backup):
+            return backup, end
+        return os.path.join(sessions_dir, f"{stem}.jsonl"), end
+    return None
 
 
 def _members(path: str) -> list[dict[str, object]] | None:

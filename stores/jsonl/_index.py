@@ -86,10 +86,11 @@ class FileIndex:
 
     @classmethod
     def open(
-        cls, path: str, *, write: bool = False, sidecar: str | None = None
+        cls, path: str, *, write: bool = False, sidecar: str | None = None, limit: int = -1
     ) -> FileIndex | None:
         """Open and index the file at ``path`` (loading what ``sidecar`` holds of its
-        index); ``None`` if it does not exist."""
+        index; only its first ``limit`` bytes if ``limit >= 0``); ``None`` if it does not
+        exist."""
         try:
             fd = os.open(
                 path, ((os.O_RDWR | os.O_APPEND) if write else os.O_RDONLY) | os.O_NOFOLLOW
@@ -99,19 +100,21 @@ class FileIndex:
         except OSError as exc:
             raise StoreIOError(f"{path}: cannot open ({why(exc)})") from exc
         try:
-            index = cls.from_fd(path, fd, sidecar)
+            index = cls.from_fd(path, fd, sidecar, limit)
         except BaseException:
             os.close(fd)
             raise
         return index
 
     @classmethod
-    def from_fd(cls, path: str, fd: int, sidecar: str | None = None) -> FileIndex:
-        """Index an open file (the index owns ``fd`` from now on)."""
+    def from_fd(cls, path: str, fd: int, sidecar: str | None = None, limit: int = -1) -> FileIndex:
+        """Index an open file (the index owns ``fd`` from now on), its first ``limit``
+        bytes if ``limit >= 0``."""
         try:
             info = os.fstat(fd)
         except OSError as exc:
             raise StoreIOError(f"{path}: cannot stat ({exc})") from exc
+        size = info.st_size if limit < 0 else min(info.st_size, limit)
         first = read_exact(fd, _FIRST_READ, 0, path)
         if first.startswith(MAGIC):
             found = ZSTD.read_header(first, path)
@@ -143,8 +146,8 @@ class FileIndex:
         index = cls(path, fd, info.st_ino, header, start, codec)
         index.header_crc = zlib.crc32(line)
         index.sidecar = sidecar
-        load(index, info.st_size)
-        index.refresh(info.st_size)
+        load(index, size)
+        index.refresh(size)
         return index
 
     def close(self) -> None:

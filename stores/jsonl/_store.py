@@ -129,7 +129,7 @@ class JsonlStore(Reader, BatchingStore):
         self.busy_timeout_ms = busy_timeout_ms
         open_root(self.root, read_only=read_only)
         self._layout = Layout(self.root)
-        Reader.__init__(self, self._layout)
+        Reader.__init__(self, self._layout, read_only=read_only)
         self._codec: Codec = ZSTD if compress else PLAIN
         self._shared: Shared | None = shared_for(self.root)
         self._changes_fd = -1

@@ -217,3 +217,76 @@ def test_directory_of_empty_store_subdirectories_is_completed(tmp_path: Path) ->
         assert store.check_integrity() == (True, "ok")
     finally:
         store.close()
+
+
+# -- read-only readers and groups killed before their commit point ----------------------------
+
+#: The group steps of ``jsonl_worker.py group`` (an append to a, a replace of b's tail, a
+#: delete of c, the creation of d), and whether a kill there leaves the group committed.
+GROUP_KILLS = {
+    "member applied: a": False,
+    "member applied: c": False,
+    "members synced": False,
+    "intent removed": True,
+}
+
+
+def _group_state(store: JsonlStore) -> tuple[list[str], dict[str, list[object]]]:
+    ids = [info.id for info in store.list_sessions()]
+    return ids, {s: [e.data for e in store.read(s)] for s in ("a", "b", "c", "d")}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("step", list(GROUP_KILLS))
+def test_read_only_reader_applies_the_group_commit_rule(tmp_path: Path, step: str) -> None:
+    """A group write SIGKILLed before its commit point is not seen by a read-only handle
+    (reads, heads, the listing, check_integrity: the state before the group, what the next
+    writer rolls back to); killed after it, the group is seen whole."""
+    root = tmp_path / "store"
+    store = JsonlStore(root)
+    for session_id in ("a", "b", "c"):
+        store.append(session_id, [NewEvent("g", {"tag": "old", "i": i}) for i in range(3)])
+    before = _group_state(store)
+    store.close()
+    child = spawn("group", str(root), step)
+    _, err = child.communicate(timeout=60)
+    assert child.returncode == -signal.SIGKILL, err
+    reader = JsonlStore(root, read_only=True)
+    try:
+        seen = _group_state(reader)
+        heads = {s: reader.head(s) for s in ("a", "b", "c", "d")}
+        assert reader.check_integrity() == (True, "ok")
+    finally:
+        reader.close()
+    writer = JsonlStore(root)  # the writer's rule: rolls an uncommitted group back
+    try:
+        after = _group_state(writer)
+    finally:
+        writer.close()
+    assert seen == after, (step, seen, after)
+    assert heads == {s: len(events) for s, events in after[1].items()}
+    assert (after == before) is not GROUP_KILLS[step]
+
+
+@pytest.mark.slow
+def test_export_of_a_killed_group_copies_what_committed(tmp_path: Path) -> None:
+    """``tidelog export`` of a store whose group write was SIGKILLed before its commit
+    point dumps the sessions as they were before the group."""
+    root = tmp_path / "store"
+    store = JsonlStore(root)
+    for session_id in ("a", "b", "c"):
+        store.append(session_id, [NewEvent("g", {"tag": "old", "i": i}) for i in range(3)])
+    store.close()
+    child = spawn("group", str(root), "members synced")
+    _, err = child.communicate(timeout=60)
+    assert child.returncode == -signal.SIGKILL, err
+    done = subprocess.run(
+        [sys.executable, "-m", "runtime.cli", "export", str(root)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=tmp_path,
+    )
+    assert done.returncode == 0, done.stderr
+    assert '"new"' not in done.stdout
+    assert done.stdout.count('"old"') == 9
