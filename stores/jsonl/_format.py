@@ -11,13 +11,17 @@ Then one line per event, ``seq`` ``B+1, B+2, ...`` (a fork reads seqs ``1..B`` f
 The events of one committed op (a **batch**) are consecutive lines; the last one carries
 the batch's commit mark. How the lines are written is the format generation's business:
 
-* **format 2** (written by this version, :mod:`stores.jsonl._format2`): every line ends with
+* **format 3** (written by this version, :mod:`stores.jsonl._format2`): format 2 lines
+  that also name their file (``"f":K``, covered by the checksum), so a line copied from
+  another session's file is damage wherever it is;
+* **format 2** (:mod:`stores.jsonl._format2`; migrated to format 3 by the first writer,
+  keeping its encoding): every line ends with
   its own checksum, ``"crc":X``, the CRC-32 of the line's bytes before ``,"crc":``; the last
   line of a batch carries ``"end":n`` (``n`` events) just before it. Any record can be
   checked on its own, so a read served from an index checks exactly the lines it returns;
 * **format 1** (:mod:`stores.jsonl._format1`): one CRC-32 per batch, ``"end":[n,crc]`` on
-  its last line; read as it is, migrated to format 2 by the first writer;
-* **compressed** (format 2 lines, :mod:`stores.jsonl._zstd`): the file is a series of zstd
+  its last line; read as it is, migrated to format 3 by the first writer;
+* **compressed** (format 3 or 2 lines, :mod:`stores.jsonl._zstd`): the file is a series of zstd
   frames, the header record in the first, then one checksummed frame per batch.
 
 **The committed region** is the header plus every whole batch, in order, seqs contiguous,
@@ -65,8 +69,8 @@ __all__ = [
 ]
 
 #: The format generation this code writes (the header's ``"format"``); see
-#: :mod:`stores.jsonl._format1` for older ones.
-FORMAT = 2
+#: :mod:`stores.jsonl._format1` and :mod:`stores.jsonl._format2` for older ones.
+FORMAT = 3
 #: What marks a tidelog session file (the header's ``"tidelog"``).
 MAGIC = "session"
 
@@ -338,8 +342,10 @@ def decode_lines(
     pos = 0
     for line in data.split(b"\n")[:-1]:
         try:
-            if check is not None and check(line) < 0:
-                raise ValueError("checksum mismatch")
+            if check is not None and (status := check(line)) < 0:
+                raise ValueError(
+                    "a record of another session's file" if status == -2 else "checksum mismatch"
+                )
             record = loads(line)
             if record["seq"] != seq:
                 raise ValueError(f"expected seq {seq}, found {record['seq']}")
@@ -363,6 +369,15 @@ class Codec:
     format: int
     #: True if a batch is a zstd frame (the index then maps a seq to its frame).
     framed = False
+
+    def bind(self, h: Header) -> Codec:  # noqa: ARG002
+        """The codec for the file whose header is ``h`` (format 3 lines name their file)."""
+        return self
+
+    def is_commit(self, line: bytes) -> bool:
+        """Is ``line`` (an event line without its newline, decompressed) a whole, checked
+        line of this file closing a batch?"""
+        raise NotImplementedError
 
     def header(self, h: Header) -> bytes:
         """The encoded header record."""

@@ -20,9 +20,9 @@ from .._errors import StoreCorruptError, StoreIOError, UnsupportedFormatError
 from ._files import why
 from ._format import Codec, Header, Row, corrupt, decode_header
 from ._format1 import FORMAT1
-from ._format2 import PLAIN
+from ._format2 import PLAIN, PLAIN3
 from ._sidecar import load
-from ._zstd import MAGIC, ZSTD
+from ._zstd import MAGIC, ZSTD, ZSTD3
 
 __all__ = ["FileIndex", "read_exact"]
 
@@ -125,11 +125,11 @@ class FileIndex:
                 raise StoreCorruptError(f"{path}: byte {len(first)}: the header frame is cut short")
             line, start = found
             header = decode_header(line, path)
-            if header.format != ZSTD.format:  # tidelog never wrote one
+            if header.format < ZSTD.format:  # tidelog never wrote one
                 raise UnsupportedFormatError(
                     f"{path}: a compressed session file of format {header.format}"
                 )
-            codec: Codec = ZSTD
+            codec: Codec = (ZSTD if header.format == ZSTD.format else ZSTD3).bind(header)
         else:
             newline = first.find(b"\n")
             while newline < 0 and len(first) < info.st_size:
@@ -142,7 +142,7 @@ class FileIndex:
                 )
             line, start = first[:newline], newline + 1
             header = decode_header(line, path)
-            codec = PLAIN if header.format == PLAIN.format else FORMAT1
+            codec = {1: FORMAT1, 2: PLAIN}.get(header.format, PLAIN3).bind(header)
         index = cls(path, fd, info.st_ino, header, start, codec)
         index.header_crc = zlib.crc32(line)
         index.sidecar = sidecar

@@ -46,7 +46,7 @@ import zlib
 from array import array
 from typing import TYPE_CHECKING
 
-from ._format2 import PREFIX, checked, commit_line
+from ._format2 import PREFIX
 from ._zstd import ZSTD, ZstdError, frame_size
 
 if TYPE_CHECKING:
@@ -210,9 +210,4 @@ def _last_line_holds(index: FileIndex, offsets: array[int], end: int, head: int)
         return False
     line = data[data.rfind(b"\n", 0, len(data) - 1) + 1 : -1]
     match = PREFIX.match(line)
-    return (
-        commit_line(line)
-        and checked(line) > 0
-        and match is not None
-        and (int(match.group(1)) == head)
-    )
+    return index.codec.is_commit(line) and match is not None and (int(match.group(1)) == head)

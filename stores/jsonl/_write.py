@@ -321,9 +321,10 @@ class Txn:
         stamps: tuple[float, ...] | None = None,
     ) -> FileIndex:
         """Publish a new session file (header and first batch) without overwriting."""
-        data = self.codec.header(header)
+        codec = self.codec.bind(header)
+        data = codec.header(header)
         if events:
-            data += self.codec.batch(events, header.base_seq + 1, now, stamps)[0]
+            data += codec.batch(events, header.base_seq + 1, now, stamps)[0]
         path = self.layout.session(stem)
         publish(self.layout.tmp, path, data, replace=False)
         self._undo.append(lambda: os.unlink(path))
