@@ -149,14 +149,46 @@ class UnwrittenError(TidelogError):
     them, or a permanent failure refused them after they were queued.
 
     Raised by the call that waited for them (``append``, ``flush``, ``close``, the exit of
-    ``open_runtime``...); ``__cause__`` says why. Nothing of ``first..last`` is stored,
-    and those seqs may be handed out again. ``events`` are the events that were not
-    written, as :class:`~stores.NewEvent` values: resend them through a writer if you
-    still want them -- with
-    ``expected_head=first - 1`` to be safe against an earlier commit whose outcome was
-    ambiguous (a :class:`ConflictError` then means they landed after all). An empty range
-    (``first > last``) means the call itself had nothing accepted.
+    ``open_runtime``...); ``__cause__`` says why. The writer gives them up: those seqs may
+    be handed out again. ``events`` are the events concerned, as :class:`~stores.NewEvent`
+    values. What the store holds is told by its head ``H`` (:attr:`store_head` when the
+    store reported it -- a :class:`ConflictError` cause --, else read ``head()``), against
+    the range ``first..last`` (:meth:`outcome`):
+
+    * ``H == first - 1`` (``"unwritten"``): nothing of ``first..last`` is stored; resend
+      ``events`` with ``expected_head=first - 1`` if you still want them.
+    * ``H >= first`` (``"stored"``): seqs ``first..min(H, last)`` stand. An attempt whose
+      acknowledgement was lost (an error reported after the commit reached the store)
+      stored part or all of ``first..last`` -- or another writer wrote the session. Read
+      them: those equal to the leading ``events`` landed; resend the rest with
+      ``expected_head=H``.
+    * ``H < first - 1`` (``"lost"``): the store lost events it had acknowledged,
+      ``H + 1..first - 1`` (a server that acknowledges before its disk has a commit --
+      PostgreSQL with ``synchronous="normal"``, files before a flush barrier -- crashed or
+      restarted). Nothing of ``first..last`` is stored either; to restore the session,
+      resend what it lost (if you kept it), then ``events``, from ``expected_head=H``.
+
+    An empty range (``first > last``) means the call itself had nothing accepted.
     """
+
+    @property
+    def store_head(self) -> int | None:
+        """The session's head as the store reported it when it refused the writer's next
+        commit (the ``actual`` of a :class:`ConflictError` cause), else None."""
+        cause = self.__cause__
+        return cause.actual if isinstance(cause, ConflictError) else None
+
+    def outcome(self, head: int | None = None) -> str:
+        """Which case of the class doc the store's head ``head`` (default
+        :attr:`store_head`) means for ``first..last``: ``"unwritten"``, ``"stored"`` or
+        ``"lost"``. Raises ``ValueError`` if no head is given or known."""
+        if head is None:
+            head = self.store_head
+        if head is None:
+            raise ValueError("the store's head is not known: pass head() to outcome()")
+        if head == self.first - 1:
+            return "unwritten"
+        return "stored" if head >= self.first else "lost"
 
     def __init__(
         self,

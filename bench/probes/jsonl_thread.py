@@ -131,7 +131,7 @@ def measure_floor(root: str) -> float:
                     seq = s.head + 1
                     line = (
                         f'{{"seq":{seq},"ts":{now!r},"kind":"{ev.kind}",'
-                        f'"data":{ev.data_json},"end":1'
+                        f'"data":{ev.data_json},"end":1,"f":"0123abcd"'  # format 3's file key
                     ).encode()
                     line += b',"crc":%d}\n' % zlib.crc32(line)
                     at = s.end

@@ -234,10 +234,14 @@ async def _check_sessions(
         for lease in leases:
             if lease.expires > now and not holder_is_dead(lease.holder):
                 live.add(lease.session_id)
-                until = show_time(lease.expires)
-                message = (
-                    f"written now by {lease.holder} (lease until {until}, renewed while it runs)"
-                )
+                if math.isfinite(lease.expires):
+                    until = show_time(lease.expires)
+                    message = (
+                        f"written now by {lease.holder} "
+                        f"(lease until {until}, renewed while it runs)"
+                    )
+                else:  # another process's kernel lock (JSONL): held while that process lives
+                    message = f"written now by {lease.holder} (held while that process runs)"
                 findings.append(Finding("note", "lease", lease.session_id, message))
             else:
                 why = "expired" if lease.expires <= now else "its holder has exited"

@@ -19,7 +19,9 @@ which tests replace to inject failures.
 from __future__ import annotations
 
 import contextlib
+import errno
 import fcntl
+import json
 import os
 import threading
 import time
@@ -32,7 +34,16 @@ import attrs
 from .._errors import SessionOwnedError, StoreBusyError, StoreIOError
 from .._leases import holder_is_dead
 
-__all__ = ["IO", "SessionLock", "Shared", "fsync_dir", "publish", "shared_for", "write_all"]
+__all__ = [
+    "IO",
+    "SessionLock",
+    "Shared",
+    "fsync_dir",
+    "publish",
+    "shared_for",
+    "why",
+    "write_all",
+]
 
 
 @attrs.define
@@ -46,6 +57,17 @@ class _IO:
 
 #: The seam: tests replace its attributes to fail writes, fsyncs or truncates.
 IO = _IO()
+
+
+def why(exc: OSError) -> str:
+    """What an ``OSError`` from opening one of the store's files means (``O_NOFOLLOW``:
+    the store's files are opened without following a symbolic link at their name)."""
+    if exc.errno == errno.ELOOP:
+        return (
+            "a symbolic link where tidelog keeps a file: refused, tidelog never writes "
+            "through one; remove the link"
+        )
+    return str(exc)
 
 
 def write_all(fd: int, data: bytes) -> None:
@@ -74,7 +96,7 @@ def publish(tmp_dir: str, final: str, data: bytes, *, replace: bool) -> None:
     creators racing for one name: exactly one wins) or rename it over ``final``. The caller
     fsyncs the directory when it needs the name durable."""
     tmp = os.path.join(tmp_dir, f"{uuid.uuid4().hex}.tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644)
     try:
         try:
             write_all(fd, data)
@@ -98,6 +120,8 @@ class SessionLock:
     """This process's hold on one session's lock file."""
 
     fd: int
+    #: The session's id (what a lease lists: a long id's lock file has a hashed name).
+    session_id: str = ""
     #: The lease: its owner token, holder and expiry (owner None: no lease, a write only).
     owner: str | None = None
     holder: str = ""
@@ -134,9 +158,9 @@ class Shared:
             return held, False
         path = self.lock_path(stem)
         try:
-            fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+            fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o644)
         except OSError as exc:
-            raise StoreIOError(f"{path}: cannot open the lock file ({exc})") from exc
+            raise StoreIOError(f"{path}: cannot open the lock file ({why(exc)})") from exc
         deadline = time.monotonic() + busy_ms / 1000.0
         delay = 0.0005
         try:
@@ -160,7 +184,7 @@ class Shared:
         except BaseException:
             os.close(fd)
             raise
-        held = SessionLock(fd)
+        held = SessionLock(fd, session_id)
         self.locks[stem] = held
         return held, True
 
@@ -176,33 +200,51 @@ class Shared:
         os.close(held.fd)
 
     def set_lease(self, stem: str, owner: str, holder: str, expires: float) -> None:
-        """Record the lease in the held lock (and its holder in the lock file)."""
+        """Record the lease in the held lock (and its holder in the lock file; for a
+        hashed stem, the session's id on a second line, for :func:`read_lock`)."""
         held = self.locks[stem]
         if held.holder != holder or held.owner is None:
-            data = holder.encode("utf-8")
+            text = holder if "~" not in stem else f"{holder}\n{json.dumps(held.session_id)}"
+            data = text.encode("utf-8")
             with contextlib.suppress(OSError):
                 os.ftruncate(held.fd, 0)
                 os.pwrite(held.fd, data, 0)
         held.owner, held.holder, held.expires = owner, holder, expires
 
 
-def _read_holder(fd: int) -> str:
+def _read_lock(fd: int) -> tuple[str, str | None]:
     try:
-        return os.pread(fd, 2048, 0).decode("utf-8", "replace").strip()
+        text = os.pread(fd, 4096, 0).decode("utf-8", "replace").strip()
     except OSError:
-        return ""
+        return "", None
+    holder, _, rest = text.partition("\n")
+    try:
+        session_id = json.loads(rest) if rest else None
+    except ValueError:
+        session_id = None
+    return holder.strip(), session_id if isinstance(session_id, str) else None
+
+
+def _read_holder(fd: int) -> str:
+    return _read_lock(fd)[0]
+
+
+def read_lock(path: str) -> tuple[str, str | None]:
+    """The holder a lock file names ("" when none, or when it cannot be read) and the
+    session id it names (a lock file with a hashed name), else None."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
+    except OSError:
+        return "", None
+    try:
+        return _read_lock(fd)
+    finally:
+        os.close(fd)
 
 
 def read_holder(path: str) -> str:
     """The holder a lock file names ("" when none, or when it cannot be read)."""
-    try:
-        fd = os.open(path, os.O_RDONLY)
-    except OSError:
-        return ""
-    try:
-        return _read_holder(fd)
-    finally:
-        os.close(fd)
+    return read_lock(path)[0]
 
 
 _REGISTRY: dict[tuple[int, int], Shared] = {}

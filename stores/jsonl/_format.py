@@ -11,13 +11,17 @@ Then one line per event, ``seq`` ``B+1, B+2, ...`` (a fork reads seqs ``1..B`` f
 The events of one committed op (a **batch**) are consecutive lines; the last one carries
 the batch's commit mark. How the lines are written is the format generation's business:
 
-* **format 2** (written by this version, :mod:`stores.jsonl._format2`): every line ends with
+* **format 3** (written by this version, :mod:`stores.jsonl._format2`): format 2 lines
+  that also name their file (``"f":K``, covered by the checksum), so a line copied from
+  another session's file is damage wherever it is;
+* **format 2** (:mod:`stores.jsonl._format2`; migrated to format 3 by the first writer,
+  keeping its encoding): every line ends with
   its own checksum, ``"crc":X``, the CRC-32 of the line's bytes before ``,"crc":``; the last
   line of a batch carries ``"end":n`` (``n`` events) just before it. Any record can be
   checked on its own, so a read served from an index checks exactly the lines it returns;
 * **format 1** (:mod:`stores.jsonl._format1`): one CRC-32 per batch, ``"end":[n,crc]`` on
-  its last line; read as it is, migrated to format 2 by the first writer;
-* **compressed** (format 2 lines, :mod:`stores.jsonl._zstd`): the file is a series of zstd
+  its last line; read as it is, migrated to format 3 by the first writer;
+* **compressed** (format 3 or 2 lines, :mod:`stores.jsonl._zstd`): the file is a series of zstd
   frames, the header record in the first, then one checksummed frame per batch.
 
 **The committed region** is the header plus every whole batch, in order, seqs contiguous,
@@ -65,8 +69,8 @@ __all__ = [
 ]
 
 #: The format generation this code writes (the header's ``"format"``); see
-#: :mod:`stores.jsonl._format1` for older ones.
-FORMAT = 2
+#: :mod:`stores.jsonl._format1` and :mod:`stores.jsonl._format2` for older ones.
+FORMAT = 3
 #: What marks a tidelog session file (the header's ``"tidelog"``).
 MAGIC = "session"
 
@@ -174,9 +178,13 @@ def decode_header(line: bytes, path: str) -> Header:
     except (ValueError, RecursionError):
         value = None
     if not isinstance(value, dict) or value.get("tidelog") != MAGIC:
+        if is_ours(line):
+            raise StoreCorruptError(f"{path}: byte 0: damaged or cut header record")
         raise UnsupportedFormatError(f"{path}: not a tidelog session file (no header record)")
     version = value.get("format")
-    if type(version) is not int or version > FORMAT or version < 1:
+    if type(version) is not int or version < 1:
+        raise StoreCorruptError(f"{path}: byte 0: damaged header record (format {version!r})")
+    if version > FORMAT:
         raise UnsupportedFormatError(
             f"{path}: session file format {version!r}; this tidelog reads formats 1..{FORMAT}"
         )
@@ -201,6 +209,26 @@ def decode_header(line: bytes, path: str) -> Header:
     except (KeyError, TypeError, ValueError) as exc:
         raise StoreCorruptError(f"{path}: byte 0: damaged header record ({exc})") from exc
     return result
+
+
+#: How every header record starts (the encoder writes these keys first).
+_HEAD_START = b'{"tidelog":"session","format":'
+#: Parts of every header record: a line holding two of them is a damaged header.
+_HEAD_PARTS = (
+    b'"tidelog":"session"', b'"format":', b'"incarnation":', b'"epoch":', b'"cuts":',
+    b'"created_at":', b'"base_seq":', b'"bases":',
+)  # fmt: skip
+
+
+def is_ours(line: bytes) -> bool:
+    """Does ``line`` (a header line that does not hold together, or the start of one) look
+    like a tidelog header record: empty (tidelog publishes whole files only), cut inside
+    the start every header has, or holding two of its parts (one damaged byte can spoil
+    only one)? Such a file is a damaged tidelog file, not a foreign one."""
+    n = min(len(line), len(_HEAD_START))
+    if line[:n] == _HEAD_START[:n]:
+        return True
+    return sum(part in line for part in _HEAD_PARTS) >= 2
 
 
 def _int(value: Any) -> int:
@@ -314,8 +342,10 @@ def decode_lines(
     pos = 0
     for line in data.split(b"\n")[:-1]:
         try:
-            if check is not None and check(line) < 0:
-                raise ValueError("checksum mismatch")
+            if check is not None and (status := check(line)) < 0:
+                raise ValueError(
+                    "a record of another session's file" if status == -2 else "checksum mismatch"
+                )
             record = loads(line)
             if record["seq"] != seq:
                 raise ValueError(f"expected seq {seq}, found {record['seq']}")
@@ -339,6 +369,15 @@ class Codec:
     format: int
     #: True if a batch is a zstd frame (the index then maps a seq to its frame).
     framed = False
+
+    def bind(self, h: Header) -> Codec:  # noqa: ARG002
+        """The codec for the file whose header is ``h`` (format 3 lines name their file)."""
+        return self
+
+    def is_commit(self, line: bytes) -> bool:
+        """Is ``line`` (an event line without its newline, decompressed) a whole, checked
+        line of this file closing a batch?"""
+        raise NotImplementedError
 
     def header(self, h: Header) -> bytes:
         """The encoded header record."""

@@ -1,4 +1,4 @@
-"""Format 2 event records: one line per event, each with its own CRC-32.
+"""Format 2 and 3 event records: one line per event, each with its own CRC-32.
 
 An event line of format 2 is::
 
@@ -10,7 +10,15 @@ commit mark ``"end":n`` (``n`` events) right before its checksum::
     {"seq":9,"ts":1712.25,"kind":"message","data":{...},"end":3,"crc":X}
 
 ``X`` is the CRC-32 of the line's bytes from its ``{`` up to (not including) ``,"crc":``,
-commit mark included. A batch is whole when its ``n`` lines are there, each with a
+commit mark included.
+
+**Format 3** lines are format 2 lines that also name their file: ``,"f":"K"`` right before
+the checksum, ``K`` the 8 hex digits of the CRC-32 of the session's id and incarnation
+(:func:`file_key`), covered by the checksum. A line copied from another session's file
+(or an older incarnation of this one) checks, but names another file: it is
+:class:`StoreCorruptError` wherever it is -- even as the last batch, where a bad line is
+otherwise taken for a torn write -- since no torn or damaged write makes a whole
+checksummed line of another file. A batch is whole when its ``n`` lines are there, each with a
 matching checksum and the expected seq. Because every record carries its own checksum, a
 read served from an index (which never scanned the batch) still checks every line it
 returns: a damaged record in the committed region is a :class:`StoreCorruptError` naming
@@ -37,7 +45,7 @@ from ._format import (
     stop_unless_committed,
 )
 
-__all__ = ["PLAIN", "Plain", "commit_line"]
+__all__ = ["PLAIN", "PLAIN3", "Plain", "commit_line", "file_key"]
 
 _JSTR = rb'"(?:[^"\\]|\\.)*"'
 #: The start of an event line, up to its data: seq, ts, kind, run_id.
@@ -50,6 +58,15 @@ PREFIX = re.compile(
 )
 _CRC = b',"crc":'
 _END = b',"end":'
+_TAG = re.compile(rb',"f":"([0-9a-f]{8})"$')
+#: What :meth:`Plain.check` returns for a whole, checksummed line of another file.
+FOREIGN = -2
+
+
+def file_key(h: Header) -> bytes:
+    """The tag a format 3 file's lines carry: ``,"f":"K"`` (see the module doc)."""
+    key = zlib.crc32(json_str(h.id).encode() + b"\x00%d" % h.incarnation)
+    return b',"f":"%08x"' % key
 
 
 def checked(line: bytes) -> int:
@@ -87,9 +104,32 @@ def commit_line(line: bytes) -> bool:
 
 
 class Plain(Codec):
-    """Format 2 in plain lines (see the module doc)."""
+    """Format 2 (``tag`` empty) or 3 (``tag``: the file's :func:`file_key`) in plain lines
+    (see the module doc)."""
 
-    format = 2
+    def __init__(self, format: int = 2, tag: bytes = b"") -> None:
+        self.format = format
+        self.tag = tag
+        self._text = tag.decode()
+
+    def bind(self, h: Header) -> Plain:
+        return self if self.format < 3 else Plain(3, file_key(h))
+
+    def check(self, line: bytes) -> int:
+        """The length of ``line``'s record part (before its tag and checksum) if it checks
+        and is this file's, else -1 (:data:`FOREIGN`: it checks but is another file's)."""
+        cut = checked(line)
+        if cut <= 0 or not self.tag:
+            return cut
+        if line.endswith(self.tag, 0, cut):
+            return cut - len(self.tag)
+        return FOREIGN if _TAG.search(line, 0, cut) else -1
+
+    def is_commit(self, line: bytes) -> bool:
+        """Is ``line`` (without its newline) a whole, checked line of this file closing a
+        batch?"""
+        cut = self.check(line)
+        return cut > 0 and end_mark(line[:cut])[0] > 0 and PREFIX.match(line) is not None
 
     def header(self, h: Header) -> bytes:
         return encode_header(h)
@@ -106,7 +146,7 @@ class Plain(Codec):
             run = "" if ev.run_id is None else f',"run_id":{json_str(ev.run_id)}'
             line = (
                 f'{{"seq":{first_seq},"ts":{ts!r},"kind":{json_str(ev.kind)}{run},'
-                f'"data":{ev.data_json},"end":1'
+                f'"data":{ev.data_json},"end":1{self._text}'
             ).encode()
             return line + b',"crc":%d}\n' % zlib.crc32(line), [0]
         stamp = repr(ts)
@@ -118,7 +158,7 @@ class Plain(Codec):
         for i, ev in enumerate(events):
             run = "" if ev.run_id is None else f',"run_id":{json_str(ev.run_id)}'
             when = stamp if stamps is None else repr(float(stamps[i]))
-            mark = f',"end":{last + 1}' if i == last else ""
+            mark = f',"end":{last + 1}{self._text}' if i == last else self._text
             line = (
                 f'{{"seq":{first_seq + i},"ts":{when},"kind":{json_str(ev.kind)}{run},'
                 f'"data":{ev.data_json}{mark}'
@@ -142,8 +182,14 @@ class Plain(Codec):
             if nl < 0:
                 break  # a partial line: torn
             line = data[pos:nl]
-            cut = checked(line)
+            cut = self.check(line)
             match = prefix_match(line) if cut > 0 else None
+            if cut == FOREIGN:  # a whole line of another file: damage wherever it is
+                result.damage = (
+                    base + pos,
+                    f"{path}: byte {base + pos}: a record of another session's file",
+                )
+                return result
             if match is None or int(match.group(1)) != expected:
                 why = (
                     "checksum mismatch"
@@ -152,7 +198,7 @@ class Plain(Codec):
                     if match is None
                     else f"expected seq {expected}"
                 )
-                return stop_unless_committed(result, data, base, pos, why, path, commit_line)
+                return stop_unless_committed(result, data, base, pos, why, path, self.is_commit)
             pending.append(base + pos)
             run = match.group(4)
             if run is not None:
@@ -161,7 +207,7 @@ class Plain(Codec):
             if count:
                 if count != len(pending):
                     return stop_unless_committed(
-                        result, data, base, pos, "batch count mismatch", path, commit_line
+                        result, data, base, pos, "batch count mismatch", path, self.is_commit
                     )
                 result.add_batch(
                     pending, pending_runs, expected, float(match.group(2)), base + nl + 1
@@ -174,12 +220,12 @@ class Plain(Codec):
     def decode(
         self, data: bytes, session_id: str, first_seq: int, path: str, offset: int
     ) -> list[Row]:
-        return decode_lines(data, session_id, first_seq, path, offset, checked)
+        return decode_lines(data, session_id, first_seq, path, offset, self.check)
 
     def raw(self, data: bytes, path: str, offset: int) -> list[tuple[str, str, str | None]]:
         rows = []
         for line in data.split(b"\n")[:-1]:
-            cut = checked(line)
+            cut = self.check(line)
             match = PREFIX.match(line) if cut > 0 else None
             if match is None:
                 raise StoreCorruptError(f"{path}: byte {offset}: damaged event record")
@@ -198,3 +244,5 @@ class Plain(Codec):
 
 #: The codec of plain format 2 files.
 PLAIN = Plain()
+#: The codec of plain format 3 files (bound to a file by :meth:`Plain.bind`).
+PLAIN3 = Plain(3, b',"f":"00000000"')

@@ -23,9 +23,11 @@ first write to a session an intent names (and a writable store runs it at open),
 write ever lands on top of half a group. Recovery is idempotent: a crash during it is
 recovered again.
 
-Readers take no lock, so a reader of one member may see the group's change in it before
-the group committed; if the group is then rolled back, that reader saw events that are
-gone (visibility across files is per file, not atomic).
+Readers take no lock. A read-only handle applies the commit rule: a member of a group
+whose intent is there is served as it was before the group (:func:`uncommitted`,
+:func:`before_group`). A writable handle's reads may see one member's change before its
+group committed; if the group is then rolled back, that reader saw events that are gone
+(visibility across files is per file, not atomic).
 """
 
 from __future__ import annotations
@@ -38,10 +40,19 @@ import uuid
 from collections.abc import Callable
 
 from .._errors import SessionOwnedError, StoreBusyError, StoreIOError
-from ._files import IO, Shared, fsync_dir
+from ._files import IO, Shared, fsync_dir, why
 from ._format import file_stem
 
-__all__ = ["STEP", "begin_group", "pending", "recover", "recover_all", "step"]
+__all__ = [
+    "STEP",
+    "before_group",
+    "begin_group",
+    "pending",
+    "recover",
+    "recover_all",
+    "step",
+    "uncommitted",
+]
 
 
 def _no_step(name: str) -> None:
@@ -79,7 +90,7 @@ def begin_group(
         end = info.st_size if index is None else index.end
         entries.append({"stem": stem, "exists": True, "ino": info.st_ino, "end": end})
     backups: list[str] = []
-    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o644)
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX)
         os.write(fd, json.dumps({"group": group, "members": entries}).encode())
@@ -129,7 +140,7 @@ def begin_group(
 
 
 def _fsync_file(path: str) -> None:
-    fd = os.open(path, os.O_RDONLY)
+    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
     try:
         IO.fsync(fd)
     finally:
@@ -157,9 +168,55 @@ def pending(intents_dir: str, stem: str | None) -> list[str]:
     return found
 
 
+def uncommitted(intents_dir: str, known: dict[str, list[dict[str, object]]]) -> dict[str, str]:
+    """``stem -> group`` of every member of a group that has not reached its commit point
+    (its intent is there, whole). ``known``: intents already read (``name -> members``),
+    updated in place (an intent does not change once whole)."""
+    try:
+        names = [n for n in os.listdir(intents_dir) if n.endswith(".intent")]
+    except FileNotFoundError:
+        names = []
+    for gone in [n for n in known if n not in names]:
+        del known[gone]
+    found: dict[str, str] = {}
+    for name in names:
+        members = known.get(name)
+        if members is None:
+            members = _members(os.path.join(intents_dir, name))
+            if not members:
+                continue  # gone, or not whole yet: no member changed
+            known[name] = members
+        for member in members:
+            found[str(member["stem"])] = name[: -len(".intent")]
+    return found
+
+
+def before_group(
+    intents_dir: str,
+    sessions_dir: str,
+    group: str,
+    stem: str,
+    known: dict[str, list[dict[str, object]]],
+) -> tuple[str, int] | None:
+    """Where a member of an uncommitted group is as it was before the group: ``(path,
+    committed length)`` of its old inode (the group's backup link, or the file itself if
+    it was not linked yet), or None if it did not exist."""
+    for member in known.get(f"{group}.intent", ()):
+        if member["stem"] != stem:
+            continue
+        if not member.get("exists"):
+            return None
+        end = int(member["end"])  # type: ignore[call-overload]
+        backup = os.path.join(intents_dir, f"{group}.{stem}.bak")
+        if os.path.lexists(backup):
+            return backup, end
+        return os.path.join(sessions_dir, f"{stem}.jsonl"), end
+    return None
+
+
 def _members(path: str) -> list[dict[str, object]] | None:
     try:
-        with open(path, "rb") as f:
+        with open(os.open(path, os.O_RDONLY | os.O_NOFOLLOW), "rb") as f:
             value = json.loads(f.read())
         return list(value["members"])
     except FileNotFoundError:
@@ -174,9 +231,13 @@ def recover(
     """Roll back the group of intent ``path`` if its writer is gone (see the module doc);
     False if it is still running. ``keep``: a stem whose lock the caller holds."""
     try:
-        fd = os.open(path, os.O_RDWR)
+        fd = os.open(path, os.O_RDWR | os.O_NOFOLLOW)
     except FileNotFoundError:
         return True
+    except OSError as exc:
+        raise StoreIOError(
+            f"{path}: cannot open an unfinished group's intent ({why(exc)})"
+        ) from exc
     try:
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -226,7 +287,7 @@ def _roll_back(
     with contextlib.suppress(FileNotFoundError):  # a rename onto the same inode keeps both
         os.unlink(backup)
     end = int(member["end"])  # type: ignore[call-overload]
-    fd = os.open(session, os.O_RDWR)
+    fd = os.open(session, os.O_RDWR | os.O_NOFOLLOW)
     try:
         if os.fstat(fd).st_size > end:
             IO.truncate(fd, end)

@@ -17,11 +17,12 @@ import zlib
 from array import array
 
 from .._errors import StoreCorruptError, StoreIOError, UnsupportedFormatError
+from ._files import why
 from ._format import Codec, Header, Row, corrupt, decode_header
 from ._format1 import FORMAT1
-from ._format2 import PLAIN
+from ._format2 import PLAIN, PLAIN3
 from ._sidecar import load
-from ._zstd import MAGIC, ZSTD
+from ._zstd import MAGIC, ZSTD, ZSTD3
 
 __all__ = ["FileIndex", "read_exact"]
 
@@ -85,30 +86,35 @@ class FileIndex:
 
     @classmethod
     def open(
-        cls, path: str, *, write: bool = False, sidecar: str | None = None
+        cls, path: str, *, write: bool = False, sidecar: str | None = None, limit: int = -1
     ) -> FileIndex | None:
         """Open and index the file at ``path`` (loading what ``sidecar`` holds of its
-        index); ``None`` if it does not exist."""
+        index; only its first ``limit`` bytes if ``limit >= 0``); ``None`` if it does not
+        exist."""
         try:
-            fd = os.open(path, (os.O_RDWR | os.O_APPEND) if write else os.O_RDONLY)
+            fd = os.open(
+                path, ((os.O_RDWR | os.O_APPEND) if write else os.O_RDONLY) | os.O_NOFOLLOW
+            )
         except FileNotFoundError:
             return None
         except OSError as exc:
-            raise StoreIOError(f"{path}: cannot open ({exc})") from exc
+            raise StoreIOError(f"{path}: cannot open ({why(exc)})") from exc
         try:
-            index = cls.from_fd(path, fd, sidecar)
+            index = cls.from_fd(path, fd, sidecar, limit)
         except BaseException:
             os.close(fd)
             raise
         return index
 
     @classmethod
-    def from_fd(cls, path: str, fd: int, sidecar: str | None = None) -> FileIndex:
-        """Index an open file (the index owns ``fd`` from now on)."""
+    def from_fd(cls, path: str, fd: int, sidecar: str | None = None, limit: int = -1) -> FileIndex:
+        """Index an open file (the index owns ``fd`` from now on), its first ``limit``
+        bytes if ``limit >= 0``."""
         try:
             info = os.fstat(fd)
         except OSError as exc:
             raise StoreIOError(f"{path}: cannot stat ({exc})") from exc
+        size = info.st_size if limit < 0 else min(info.st_size, limit)
         first = read_exact(fd, _FIRST_READ, 0, path)
         if first.startswith(MAGIC):
             found = ZSTD.read_header(first, path)
@@ -119,11 +125,11 @@ class FileIndex:
                 raise StoreCorruptError(f"{path}: byte {len(first)}: the header frame is cut short")
             line, start = found
             header = decode_header(line, path)
-            if header.format != ZSTD.format:  # tidelog never wrote one
+            if header.format < ZSTD.format:  # tidelog never wrote one
                 raise UnsupportedFormatError(
                     f"{path}: a compressed session file of format {header.format}"
                 )
-            codec: Codec = ZSTD
+            codec: Codec = (ZSTD if header.format == ZSTD.format else ZSTD3).bind(header)
         else:
             newline = first.find(b"\n")
             while newline < 0 and len(first) < info.st_size:
@@ -136,12 +142,12 @@ class FileIndex:
                 )
             line, start = first[:newline], newline + 1
             header = decode_header(line, path)
-            codec = PLAIN if header.format == PLAIN.format else FORMAT1
+            codec = {1: FORMAT1, 2: PLAIN}.get(header.format, PLAIN3).bind(header)
         index = cls(path, fd, info.st_ino, header, start, codec)
         index.header_crc = zlib.crc32(line)
         index.sidecar = sidecar
-        load(index, info.st_size)
-        index.refresh(info.st_size)
+        load(index, size)
+        index.refresh(size)
         return index
 
     def close(self) -> None:

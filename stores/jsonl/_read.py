@@ -13,6 +13,7 @@ import contextlib
 import json
 import os
 import threading
+import uuid
 from contextlib import AbstractContextManager
 from typing import Any
 
@@ -34,6 +35,7 @@ from .._errors import (
 from .._records import SessionInfo, StoredEvent, validate_session_id
 from ._files import Shared
 from ._format import file_stem, stem_id
+from ._group import before_group, uncommitted
 from ._index import FileIndex
 from ._ops import check_header_id, pieces
 from ._write import Layout
@@ -50,11 +52,19 @@ class Reader:
 
     _shared: Shared | None
 
-    def __init__(self, layout: Layout) -> None:
+    def __init__(self, layout: Layout, *, read_only: bool = False) -> None:
         self._layout = layout
         self._reader_lock = threading.RLock()
         self._views: dict[str, FileIndex] = {}
         self._bases: dict[str, FileIndex] = {}
+        #: A read-only handle applies the group commit rule (see :meth:`_groups`).
+        self._apply_groups = read_only
+        self._intents: dict[str, list[dict[str, object]]] = {}
+        #: ``stem -> group`` of this read's uncommitted group members (None: not looked).
+        self._uncommitted: dict[str, str] | None = None
+        #: Views of members as they were before their group: ``(group, stem) -> view``.
+        self._before: dict[tuple[str, str], FileIndex | None] = {}
+        self._depth = 0
 
     def _writing(self, what: str) -> AbstractContextManager[Shared]:
         raise NotImplementedError
@@ -65,14 +75,47 @@ class Reader:
         return _Reading(self, what)
 
     def close_views(self) -> None:
-        for index in [*self._views.values(), *self._bases.values()]:
-            index.close()
+        for index in [*self._views.values(), *self._bases.values(), *self._before.values()]:
+            if index is not None:
+                index.close()
         self._views.clear()
         self._bases.clear()
+        self._before.clear()
+
+    def _groups(self) -> dict[str, str]:
+        """``stem -> group`` of the members of group writes that have not reached their
+        commit point (their intent is there): a read-only handle serves those sessions as
+        they were before the group -- the rule by which the next writer rolls such a group
+        back (see :mod:`stores.jsonl._group`), so a reader never reports, copies or checks
+        as committed what a killed group left. Looked up once per read call."""
+        if not self._apply_groups:
+            return {}
+        if self._uncommitted is None:
+            self._uncommitted = uncommitted(self._layout.intents, self._intents)
+            for key in [k for k in self._before if k[0] not in self._uncommitted.values()]:
+                view = self._before.pop(key)
+                if view is not None:
+                    view.close()
+        return self._uncommitted
+
+    def _before_group(self, group: str, stem: str) -> FileIndex | None:
+        """The view of ``stem`` as it was before uncommitted group ``group``."""
+        key = (group, stem)
+        if key not in self._before:
+            layout = self._layout
+            where = before_group(layout.intents, layout.sessions, group, stem, self._intents)
+            self._before[key] = None if where is None else FileIndex.open(where[0], limit=where[1])
+        return self._before[key]
 
     def _view(self, session_id: str, stem: str | None = None) -> FileIndex | None:
         """This handle's index of the session's file, brought up to date; None if none."""
         stem = file_stem(session_id) if stem is None else stem
+        group = self._groups().get(stem)
+        if group is not None:
+            view = self._before_group(group, stem)
+            if view is not None and session_id:
+                check_header_id(view.header, session_id, view.path)
+            return view
         path = self._layout.session(stem)
         view = self._views.get(stem)
         try:
@@ -245,7 +288,9 @@ class Reader:
             except OSError as exc:
                 raise StoreIOError(f"{self._layout.sessions}: cannot list ({exc})") from exc
             infos = []
-            for name in names:
+            listed = {name[: -len(".jsonl")] for name in names if name.endswith(".jsonl")}
+            gone = [stem for stem in self._groups() if stem not in listed]  # deleted by one
+            for name in [*names, *(f"{stem}.jsonl" for stem in gone)]:
                 if not name.endswith(".jsonl"):
                     continue
                 stem = name[: -len(".jsonl")]
@@ -266,15 +311,28 @@ class Reader:
         and every fork's base checked: ``(True, "ok")`` or ``(False, what is wrong)``."""
         with self._reading("check_integrity"):
             try:
-                names = sorted(os.listdir(self._layout.sessions))
+                names = set(os.listdir(self._layout.sessions))
             except OSError as exc:
                 raise StoreIOError(f"{self._layout.sessions}: cannot list ({exc})") from exc
-            for name in names:
+            groups = self._groups()
+            names |= {f"{stem}.jsonl" for stem in groups}
+            for name in sorted(names):
                 if not name.endswith(".jsonl"):
                     continue
                 path = os.path.join(self._layout.sessions, name)
+                group = groups.get(name[: -len(".jsonl")])
                 try:
-                    index = FileIndex.open(path)
+                    if group is not None:  # as it was before its uncommitted group
+                        where = before_group(
+                            self._layout.intents,
+                            self._layout.sessions,
+                            group,
+                            name[: -len(".jsonl")],
+                            self._intents,
+                        )
+                        index = None if where is None else FileIndex.open(where[0], limit=where[1])
+                    else:
+                        index = FileIndex.open(path)
                     if index is None:
                         continue
                     try:
@@ -322,9 +380,10 @@ class Reader:
             )
             entries[name] = [version, pin.as_of_seq, pin.epoch, state_json]
             body = json.dumps({"incarnation": pin.incarnation, "entries": entries})
-            tmp = f"{path}.{os.getpid()}.{threading.get_ident()}.tmp"
+            tmp = f"{path}.{uuid.uuid4().hex}.tmp"
             try:
-                with open(tmp, "w", encoding="utf-8") as f:
+                flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW
+                with open(os.open(tmp, flags, 0o644), "w", encoding="utf-8") as f:
                     f.write(body)
                 os.replace(tmp, path)
             except OSError as exc:
@@ -356,7 +415,7 @@ class Reader:
 
 def _load(path: str) -> dict[str, Any]:
     try:
-        with open(path, encoding="utf-8") as f:
+        with open(os.open(path, os.O_RDONLY | os.O_NOFOLLOW), encoding="utf-8") as f:
             value = json.load(f)
     except (OSError, ValueError):
         return {}
@@ -383,12 +442,17 @@ class _Reading:
         self._what = what
 
     def __enter__(self) -> None:
-        self._reader._reader_lock.acquire()
-        if self._reader._shared is None:
-            self._reader._reader_lock.release()
+        reader = self._reader
+        reader._reader_lock.acquire()
+        if reader._shared is None:
+            reader._reader_lock.release()
             raise ClosedError(f"{self._what}: this JsonlStore was closed")
+        if reader._depth == 0:
+            reader._uncommitted = None  # each read call looks at the intents again
+        reader._depth += 1
 
     def __exit__(self, *exc: object) -> None:
+        self._reader._depth -= 1
         self._reader._reader_lock.release()
 
 

@@ -46,7 +46,7 @@ import zlib
 from array import array
 from typing import TYPE_CHECKING
 
-from ._format2 import PREFIX, checked, commit_line
+from ._format2 import PREFIX
 from ._zstd import ZSTD, ZstdError, frame_size
 
 if TYPE_CHECKING:
@@ -102,7 +102,7 @@ def persist(index: FileIndex, *, force: bool = False) -> None:
         if seen is None or seen != index.sidecar_seen or index.saved_end == index.data_start:
             _rewrite(index, path)
         else:
-            fd = os.open(path, os.O_WRONLY | os.O_APPEND)
+            fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_NOFOLLOW)
             try:
                 data = _chunk(index)
                 os.write(fd, data)
@@ -119,7 +119,8 @@ def _rewrite(index: FileIndex, path: str) -> None:
     data = _head(index) + _chunk(index)
     tmp = os.path.join(os.path.dirname(path), f".{uuid.uuid4().hex}.tmp")
     try:
-        with open(tmp, "wb") as f:
+        flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW
+        with open(os.open(tmp, flags, 0o644), "wb") as f:
             f.write(data)
         os.rename(tmp, path)
     finally:
@@ -136,7 +137,7 @@ def load(index: FileIndex, size: int) -> None:
     if path is None or index.codec.format < 2:
         return
     try:
-        with open(path, "rb") as f:
+        with open(os.open(path, os.O_RDONLY | os.O_NOFOLLOW), "rb") as f:
             data = f.read()
             info = os.fstat(f.fileno())
     except OSError:
@@ -209,9 +210,4 @@ def _last_line_holds(index: FileIndex, offsets: array[int], end: int, head: int)
         return False
     line = data[data.rfind(b"\n", 0, len(data) - 1) + 1 : -1]
     match = PREFIX.match(line)
-    return (
-        commit_line(line)
-        and checked(line) > 0
-        and match is not None
-        and (int(match.group(1)) == head)
-    )
+    return index.codec.is_commit(line) and match is not None and (int(match.group(1)) == head)

@@ -62,26 +62,24 @@ from .._errors import (
     StoreCorruptError,
     StoreIOError,
     TidelogError,
+    UnsupportedFormatError,
 )
 from .._leases import holder_is_dead, lease_is_free
 from .._records import JSON, LeaseInfo, SessionInfo, check_flag, validate_session_id
-from ._files import IO, Shared, read_holder, release_shared, shared_for
+from ._files import IO, Shared, read_lock, release_shared, shared_for
 from ._format import FORMAT, Codec, file_stem, stem_id
 from ._format1 import migrate
-from ._format2 import PLAIN
+from ._format2 import PLAIN3
 from ._group import pending, recover, recover_all
 from ._index import FileIndex
 from ._ops import apply_op, check_header_id, fork_session
 from ._read import Reader
 from ._root import check_root, open_root
 from ._sidecar import persist
-from ._write import BatchFailure, Layout, Txn, new_header
-from ._zstd import ZSTD, require
+from ._write import BatchFailure, Layout, Txn, new_header, trim_writers
+from ._zstd import ZSTD3, require
 
 __all__ = ["JsonlStore"]
-
-#: Writer-side file indexes kept open for sessions this process does not hold.
-_KEEP_WRITERS = 256
 
 
 class JsonlStore(Reader, BatchingStore):
@@ -139,8 +137,8 @@ class JsonlStore(Reader, BatchingStore):
         self.busy_timeout_ms = busy_timeout_ms
         open_root(self.root, read_only=read_only)
         self._layout = Layout(self.root)
-        Reader.__init__(self, self._layout)
-        self._codec: Codec = ZSTD if compress else PLAIN
+        Reader.__init__(self, self._layout, read_only=read_only)
+        self._codec: Codec = ZSTD3 if compress else PLAIN3
         self._shared: Shared | None = shared_for(self.root)
         self._changes_fd = -1
         self._bumps = 0
@@ -222,11 +220,15 @@ class JsonlStore(Reader, BatchingStore):
             index.refresh(info.st_size)
         writers[stem] = index
         check_header_id(index.header, session_id, path)
-        if index.header.format < FORMAT:  # publish a format 2 successor, then write that
+        if index.header.format < FORMAT:  # publish a format 3 successor, then write that
             layout = self._layout
-            del writers[stem]  # never cached: nothing may append to a format 1 file
+            del writers[stem]  # never cached: nothing may append to an older file
+            # A format 1 file gets this handle's encoding; a format 2 one keeps its own.
+            codec = (
+                self._codec if index.header.format < 2 else ZSTD3 if index.codec.framed else PLAIN3
+            )
             try:
-                migrate(index, layout.sessions, layout.tmp, layout.migrated, stem, self._codec)
+                migrate(index, layout.sessions, layout.tmp, layout.migrated, stem, codec)
             finally:
                 index.close()
             index = FileIndex.open(path, write=True, sidecar=self._layout.sidecar(stem))
@@ -238,11 +240,7 @@ class JsonlStore(Reader, BatchingStore):
             IO.truncate(index.fd, index.end)  # a torn tail: never served, removed durably
             IO.fsync(index.fd)
         persist(index)  # what a scan found (if much) is kept for the next process
-        if len(writers) > _KEEP_WRITERS:
-            for other in [s for s in writers if s not in shared.locks and s != stem]:
-                dropped = writers.pop(other)
-                if dropped is not None:
-                    dropped.close()
+        trim_writers(shared, stem)
         return index
 
     def _bump(self) -> None:
@@ -250,7 +248,9 @@ class JsonlStore(Reader, BatchingStore):
         try:
             if self._changes_fd < 0:
                 self._changes_fd = os.open(
-                    self._layout.changes, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644
+                    self._layout.changes,
+                    os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW,
+                    0o644,
                 )
             os.write(self._changes_fd, b"+")
             self._bumps += 1
@@ -414,7 +414,9 @@ class JsonlStore(Reader, BatchingStore):
         with self._writing("release_lease") as shared:
             held = shared.locks.get(stem)
             if held is not None and held.owner == owner:
-                _save_index(shared.writers.get(stem))  # the last chance under the lock
+                index = shared.writers.pop(stem, None)
+                _save_index(index)  # the last chance under the lock
+                _close_index(index)  # freed with the lease (its sidecar has it all)
                 shared.unlock(stem)
 
     def list_leases(self, *, prefix: str | None = None) -> list[LeaseInfo]:
@@ -428,10 +430,11 @@ class JsonlStore(Reader, BatchingStore):
         found: dict[str, LeaseInfo] = {}
         shared = self._handle("list_leases")
         with shared.mutex:
-            for stem, held in shared.locks.items():
-                sid = stem_id(stem)
-                if held.owner is not None and sid is not None:
-                    found[sid] = LeaseInfo(sid, held.owner, held.holder, held.expires)
+            for held in shared.locks.values():
+                if held.owner is not None and held.session_id:
+                    found[held.session_id] = LeaseInfo(
+                        held.session_id, held.owner, held.holder, held.expires
+                    )
             try:
                 names = os.listdir(os.path.join(self.root, "locks"))
             except FileNotFoundError:
@@ -440,15 +443,30 @@ class JsonlStore(Reader, BatchingStore):
                 raise StoreIOError(f"list_leases: cannot list the lock files ({exc})") from exc
             for name in names:
                 stem = name.removesuffix(".lock")
-                sid = stem_id(stem)
-                if sid is None or sid in found or stem in shared.locks:
+                if stem in shared.locks or not name.endswith(".lock"):
                     continue
-                holder = read_holder(shared.lock_path(stem))
-                if holder and not holder_is_dead(holder):
+                sid = stem_id(stem)
+                if sid is not None and sid in found:
+                    continue
+                holder, named = read_lock(shared.lock_path(stem))
+                if sid is None and "~" in stem:  # a long id: named in the lock file
+                    sid = named if named is not None and file_stem(named) == stem else None
+                    if sid is None:
+                        sid = self._id_of(stem)
+                if sid is not None and holder and not holder_is_dead(holder):
                     found[sid] = LeaseInfo(sid, "", holder, math.inf)
         return [
             info for sid, info in sorted(found.items()) if prefix is None or sid.startswith(prefix)
         ]
+
+    def _id_of(self, stem: str) -> str | None:
+        """The session id a hashed stem's file names in its header (None: no file)."""
+        with self._reading("list_leases"):
+            try:
+                view = self._view("", stem)
+            except (StoreCorruptError, UnsupportedFormatError):
+                return None
+            return None if view is None else view.header.id
 
     # -- handles -----------------------------------------------------------------------
 

@@ -35,7 +35,11 @@ from ._format import FORMAT, Codec, Header, file_stem
 from ._index import FileIndex
 from ._sidecar import persist
 
-__all__ = ["BatchFailure", "Layout", "Txn"]
+__all__ = ["BatchFailure", "Layout", "Txn", "trim_writers"]
+
+#: Writer-side file indexes kept open for sessions this process does not hold (each
+#: holds a descriptor: a lease's index is closed when the lease is released).
+KEEP_WRITERS = 64
 
 #: Cut history kept in a header; older cuts fold into one (conservative for old pins).
 MAX_CUTS = 256
@@ -317,9 +321,10 @@ class Txn:
         stamps: tuple[float, ...] | None = None,
     ) -> FileIndex:
         """Publish a new session file (header and first batch) without overwriting."""
-        data = self.codec.header(header)
+        codec = self.codec.bind(header)
+        data = codec.header(header)
         if events:
-            data += self.codec.batch(events, header.base_seq + 1, now, stamps)[0]
+            data += codec.batch(events, header.base_seq + 1, now, stamps)[0]
         path = self.layout.session(stem)
         publish(self.layout.tmp, path, data, replace=False)
         self._undo.append(lambda: os.unlink(path))
@@ -372,7 +377,22 @@ class Txn:
         self._indexes[path] = index
         if old is not None and old is not index:
             self._done.append(old.close)
+        self._done.append(lambda: trim_writers(self.shared, stem))
         return index
+
+
+def trim_writers(shared: Shared, keep: str) -> None:
+    """Close writer-side indexes past :data:`KEEP_WRITERS` of sessions whose lock this
+    process does not hold (``keep``: the one just used). The caller holds the mutex."""
+    writers = shared.writers
+    if len(writers) <= KEEP_WRITERS:
+        return
+    for other in [s for s in writers if s not in shared.locks and s != keep]:
+        dropped = writers.pop(other)
+        if dropped is not None:
+            dropped.close()
+        if len(writers) <= KEEP_WRITERS // 2:
+            break
 
 
 def _fsync_path(path: str, fd: int) -> None:
@@ -384,7 +404,7 @@ def _fsync_path(path: str, fd: int) -> None:
             if exc.errno != 9:  # EBADF: closed since; fsync through the path
                 raise
     try:
-        fd = os.open(path, os.O_RDONLY)
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
     except FileNotFoundError:
         return  # deleted or replaced since: nothing left to sync
     try:

@@ -1,10 +1,10 @@
-"""Compressed session files: format 2 lines in zstd frames, one checksummed frame per batch.
+"""Compressed session files: format 3 (or 2) lines in zstd frames, one frame per batch.
 
 ``JsonlStore(root, compress=True)`` writes every session file it creates (and every
 format 1 file it migrates) as a series of zstd frames: the first holds the header record,
-then each batch is one frame holding that batch's format 2 lines (each with its own
+then each batch is one frame holding that batch's format 3 lines (each with its own
 CRC-32), written with its content size and zstd's content checksum (XXH64). The file is a
-valid zstd stream: ``zstdcat sessions/<stem>.jsonl`` prints the plain format 2 file. A file
+valid zstd stream: ``zstdcat sessions/<stem>.jsonl`` prints the plain format 3 file. A file
 keeps the encoding it was created with: appends, truncates and rewrites of a plain file
 stay plain, of a compressed one compressed, whatever ``compress`` says.
 
@@ -33,7 +33,7 @@ from typing import Any
 from .._errors import InvalidArgumentError, StoreCorruptError, UnsupportedFormatError
 from .._records import MAX_BATCH_BYTES, PreparedEvent
 from ._format import Codec, Header, Row, Scan, decode_header, encode_header
-from ._format2 import PLAIN, commit_line
+from ._format2 import PLAIN, PLAIN3, Plain
 
 try:
     import zstandard
@@ -47,7 +47,7 @@ class _NoZstdError(Exception):
 
 ZstdError: type[Exception] = _NoZstdError if zstandard is None else zstandard.ZstdError
 
-__all__ = ["MAGIC", "ZSTD", "Zstd", "ZstdError", "available", "frame_size", "require"]
+__all__ = ["MAGIC", "ZSTD", "ZSTD3", "Zstd", "ZstdError", "available", "frame_size", "require"]
 
 #: The first four bytes of a zstd frame.
 MAGIC = b"\x28\xb5\x2f\xfd"
@@ -100,17 +100,26 @@ def frame_size(data: bytes, pos: int) -> int:
     return TORN if p > size else p - pos
 
 
-class Zstd(Codec):
-    """Format 2 lines in zstd frames (see the module doc)."""
+_LOCAL = threading.local()
 
-    format = 2
+
+class Zstd(Codec):
+    """Format 2 or 3 lines (``plain``'s) in zstd frames (see the module doc)."""
+
     framed = True
 
-    def __init__(self) -> None:
-        self._local = threading.local()
+    def __init__(self, plain: Plain = PLAIN) -> None:
+        self.plain = plain
+        self.format = plain.format
+
+    def bind(self, h: Header) -> Zstd:
+        return self if self.format < 3 else Zstd(self.plain.bind(h))
+
+    def is_commit(self, line: bytes) -> bool:
+        return self.plain.is_commit(line)
 
     def _ctx(self) -> tuple[Any, Any]:
-        local = self._local
+        local = _LOCAL
         ctx: tuple[Any, Any] | None = getattr(local, "ctx", None)
         if ctx is None:
             if zstandard is None:
@@ -146,7 +155,7 @@ class Zstd(Codec):
         ts: float,
         stamps: Sequence[float] | None = None,
     ) -> tuple[bytes, list[int]]:
-        data, _ = PLAIN.batch(events, first_seq, ts, stamps)
+        data, _ = self.plain.batch(events, first_seq, ts, stamps)
         return self.compress(data), [0] * len(events)
 
     def scan(self, data: bytes, base: int, head: int, path: str) -> Scan:
@@ -157,6 +166,12 @@ class Zstd(Codec):
             n = frame_size(data, pos)
             batch = self._whole(view[pos : pos + n], result.head, path) if n > 0 else None
             if batch is None:
+                if n > 0 and self.format >= 3 and self._foreign(view[pos : pos + n]):
+                    result.damage = (
+                        base + pos,
+                        f"{path}: byte {base + pos}: a zstd frame of another session's file",
+                    )
+                    return result
                 why = "a damaged zstd frame" if n != TORN else "a zstd frame cut short"
                 return self._stop(result, data, base, pos, why, path)
             result.offsets.extend([base + pos] * len(batch.offsets))
@@ -175,10 +190,18 @@ class Zstd(Codec):
             text = self.expand(frame)
         except ZstdError:
             return None
-        found = PLAIN.scan(text, 0, head, path)
+        found = self.plain.scan(text, 0, head, path)
         if found.damage or found.end != len(text) or len(found.batch_ends) != 1:
             return None
         return found
+
+    def _foreign(self, frame: memoryview) -> bool:
+        """Does ``frame`` (whole, not this file's batch) hold a line of another file?"""
+        try:
+            text = self.expand(frame)
+        except ZstdError:
+            return False
+        return any(self.plain.check(line) == -2 for line in text.split(b"\n")[:-1])
 
     def _stop(self, result: Scan, data: bytes, base: int, bad: int, why: str, path: str) -> Scan:
         """Stop at a frame that is not whole: corruption if a whole frame follows it."""
@@ -191,7 +214,7 @@ class Zstd(Codec):
                 except ZstdError:
                     text = b""
                 lines = text.split(b"\n")
-                if len(lines) > 1 and lines[-1] == b"" and commit_line(lines[-2]):
+                if len(lines) > 1 and lines[-1] == b"" and self.plain.is_commit(lines[-2]):
                     result.damage = (
                         base + bad,
                         f"{path}: byte {base + bad}: {why} inside the committed region",
@@ -221,7 +244,7 @@ class Zstd(Codec):
         self, data: bytes, session_id: str, first_seq: int, path: str, offset: int
     ) -> list[Row]:
         try:
-            return PLAIN.decode(data, session_id, first_seq, path, 0)
+            return self.plain.decode(data, session_id, first_seq, path, 0)
         except StoreCorruptError as exc:
             raise StoreCorruptError(
                 f"{path}: byte {offset}: session {session_id!r}: damaged event record in "
@@ -229,7 +252,7 @@ class Zstd(Codec):
             ) from exc
 
     def raw(self, data: bytes, path: str, offset: int) -> list[tuple[str, str, str | None]]:
-        return PLAIN.raw(data, f"{path} (zstd frame at byte {offset})", 0)
+        return self.plain.raw(data, f"{path} (zstd frame at byte {offset})", 0)
 
     def read_header(self, first: bytes, path: str) -> tuple[bytes, int] | None:
         """``(header line, frame size)`` of the header frame at the start of ``first``;
@@ -239,14 +262,15 @@ class Zstd(Codec):
         n = frame_size(first, 0)
         if n == TORN:
             return None
-        try:
-            if n < 0:
-                raise ValueError("not a checksummed zstd frame")
-            text = self.expand(memoryview(first)[:n])
-        except (ValueError, ZstdError) as exc:
+        if n < 0:
             raise UnsupportedFormatError(
-                f"{path}: not a tidelog session file (a zstd stream without a header record: {exc})"
-            ) from exc
+                f"{path}: not a tidelog session file (a zstd stream without a header record: "
+                "not a checksummed zstd frame)"
+            )
+        try:
+            text = self.expand(memoryview(first)[:n])
+        except (ValueError, ZstdError) as exc:  # a checksummed frame that fails: damaged
+            raise StoreCorruptError(f"{path}: byte 0: damaged header frame ({exc})") from exc
         line = text.split(b"\n", 1)[0]
         decode_header(line, path)  # a foreign record: UnsupportedFormatError
         if text != line + b"\n":
@@ -254,5 +278,7 @@ class Zstd(Codec):
         return line, n
 
 
-#: The codec of compressed files.
+#: The codec of compressed format 2 files.
 ZSTD = Zstd()
+#: The codec of compressed format 3 files (bound to a file by :meth:`Zstd.bind`).
+ZSTD3 = Zstd(PLAIN3)

@@ -43,14 +43,19 @@ __all__ = [
     "notify_payload",
     "one",
     "parse_payload",
+    "quote_ident",
     "row_of",
     "rows_of",
     "split_url",
 ]
 
 #: A schema name tidelog accepts: lowercase letters, digits and ``_``, not starting with
-#: a digit, at most 63 bytes (PostgreSQL's identifier length): the same name quoted or not.
-_SCHEMA_NAME = re.compile(r"[a-z_][a-z0-9_]{0,62}")
+#: a digit, at most 63 bytes (PostgreSQL's identifier length), and not starting with
+#: ``pg_`` (PostgreSQL reserves those for its own schemas). tidelog always quotes it
+#: (:func:`quote_ident`), so SQL keywords (``select``, ``user``...) are names like any
+#: other; a name of these characters means the same quoted or not wherever it is not a
+#: keyword, so ``psql`` users type it as they see it.
+_SCHEMA_NAME = re.compile(r"(?!pg_)[a-z_][a-z0-9_]{0,62}")
 #: The longest ``busy_timeout_ms`` / ``statement_timeout_ms`` (PostgreSQL's int limit).
 MAX_TIMEOUT_MS = 2**31 - 1
 
@@ -156,6 +161,12 @@ def describe_dsn(dsn: str) -> str:
     return " ".join(f"{k}={v}" for k, v in shown.items()) or "<local defaults>"
 
 
+def quote_ident(schema: str) -> str:
+    """A schema name (one that passed :data:`_SCHEMA_NAME`: no quote in it) as a quoted SQL
+    identifier, so a keyword such as ``select`` or ``user`` is just a name."""
+    return f'"{schema}"'
+
+
 def advisory_key(schema: str, session_id: str) -> int:
     """The session-level advisory lock key of a session's lease (a signed 64-bit int,
     stable across hosts and Python versions)."""
@@ -228,8 +239,8 @@ def check_options(options: PgOptions) -> None:
         ) from None
     if not isinstance(options.schema, str) or not _SCHEMA_NAME.fullmatch(options.schema):
         raise InvalidArgumentError(
-            "schema must be 1 to 63 characters of a-z, 0-9 and _ (not starting with a "
-            f"digit), not {options.schema!r}"
+            "schema must be 1 to 63 characters of a-z, 0-9 and _, not starting with a "
+            f"digit or with pg_ (reserved by PostgreSQL), not {options.schema!r}"
         )
     if options.synchronous not in ("normal", "full"):
         raise InvalidArgumentError(
@@ -317,7 +328,7 @@ def connect(options: PgOptions, *, role: str = "store") -> psycopg.Connection[An
     conn = psycopg.connect(make_conninfo(options.dsn, **extra), autocommit=True)
     try:
         settings = [
-            f"SET search_path = {options.schema}",
+            f"SET search_path = {quote_ident(options.schema)}",
             # Commits are asynchronous unless a flush asks (see stores.postgres._store).
             "SET synchronous_commit = " + ("off" if options.synchronous == "normal" else "on"),
             f"SET lock_timeout = {options.busy_timeout_ms}",

@@ -20,7 +20,7 @@ from typing import Any
 import psycopg
 
 from .._errors import StoreError, StoreIOError, TidelogError, UnsupportedFormatError
-from ._connection import advisory_key, one
+from ._connection import advisory_key, one, quote_ident
 
 __all__ = [
     "APPLICATION",
@@ -154,7 +154,8 @@ def _owner_on_session_row(conn: psycopg.Connection[Any], schema: str) -> None:
 
 
 #: Migration steps: ``MIGRATIONS[v]`` upgrades a version-``v`` schema to ``v + 1``;
-#: version 0 is a new (or empty) schema. All pending steps run in one transaction.
+#: version 0 is a new (or empty) schema. All pending steps run in one transaction. Each
+#: takes the schema's name quoted (:func:`~stores.postgres._connection.quote_ident`).
 MIGRATIONS: dict[int, Callable[[psycopg.Connection[Any], str], None]] = {
     0: _create_tables,
     1: _owner_on_session_row,
@@ -181,7 +182,9 @@ def _inspect(conn: psycopg.Connection[Any], schema: str) -> int | None:
                 "another application (give tidelog a schema of its own)"
             )
         return 0
-    rows = conn.execute(f"SELECT application, version FROM {schema}.tidelog_format").fetchall()
+    rows = conn.execute(
+        f"SELECT application, version FROM {quote_ident(schema)}.tidelog_format"
+    ).fetchall()
     if len(rows) != 1 or rows[0][0] != APPLICATION or type(rows[0][1]) is not int:
         raise UnsupportedFormatError(
             f"schema {schema!r} is not a tidelog store: its tidelog_format table holds {rows!r}"
@@ -202,12 +205,12 @@ def _migrate(conn: psycopg.Connection[Any], schema: str) -> None:
         conn.execute("SELECT pg_advisory_xact_lock(%s)", (advisory_key(schema, "\0migrate"),))
         version = _inspect(conn, schema)
         if version is None:
-            conn.execute(f"CREATE SCHEMA {schema}")
+            conn.execute(f"CREATE SCHEMA {quote_ident(schema)}")
             version = 0
         start = version
         while version < SCHEMA_VERSION:
             try:
-                MIGRATIONS[version](conn, schema)
+                MIGRATIONS[version](conn, quote_ident(schema))
             except (psycopg.Error, TidelogError):
                 raise  # psycopg errors are translated by the caller's map_errors
             except Exception as exc:
@@ -217,17 +220,18 @@ def _migrate(conn: psycopg.Connection[Any], schema: str) -> None:
             version += 1
         if start == 0:
             conn.execute(
-                f"CREATE TABLE {schema}.tidelog_format(singleton boolean PRIMARY KEY "
+                f"CREATE TABLE {quote_ident(schema)}.tidelog_format(singleton boolean PRIMARY KEY "
                 "DEFAULT true CHECK (singleton), application text NOT NULL, "
                 "version integer NOT NULL)"
             )
             conn.execute(
-                f"INSERT INTO {schema}.tidelog_format(application, version) VALUES (%s, %s)",
+                f"INSERT INTO {quote_ident(schema)}.tidelog_format(application, version) "
+                "VALUES (%s, %s)",
                 (APPLICATION, SCHEMA_VERSION),
             )
         else:
             conn.execute(
-                f"UPDATE {schema}.tidelog_format SET version = %s",
+                f"UPDATE {quote_ident(schema)}.tidelog_format SET version = %s",
                 (SCHEMA_VERSION,),
             )
 
@@ -243,7 +247,9 @@ def open_store_schema(conn: psycopg.Connection[Any], schema: str, *, read_only: 
             never creates one).
     """
     try:
-        rows = conn.execute(f"SELECT application, version FROM {schema}.tidelog_format").fetchall()
+        rows = conn.execute(
+            f"SELECT application, version FROM {quote_ident(schema)}.tidelog_format"
+        ).fetchall()
     except (psycopg.errors.UndefinedTable, psycopg.errors.InvalidSchemaName):
         rows = []
     if rows == [(APPLICATION, SCHEMA_VERSION)]:

@@ -7,6 +7,7 @@ Usage::
     python jsonl_worker.py append ROOT ID N [Z]    # N appends of 1..5 events (batch-tagged),
                                                    # zstd frames if Z is "zstd"
     python jsonl_worker.py group ROOT STEP         # a group write, SIGKILLed at STEP
+    python jsonl_worker.py create-store ROOT STEP  # create the store ROOT, SIGKILLed at STEP
     python jsonl_worker.py migrate ROOT ID STEP Z  # append to format 1 ID, SIGKILLed at STEP
                                                    # of its migration (Z: "zstd" or "plain")
 
@@ -107,6 +108,16 @@ def main() -> None:
             ]
         )
         print(f"result {result}", flush=True)
+    elif command == "create-store":
+        stop = sys.argv[3]
+
+        def die_at(name: str) -> None:
+            if name == stop:
+                os.kill(os.getpid(), signal.SIGKILL)
+
+        jsonl_group.STEP[0] = die_at
+        JsonlStore(root).close()
+        print("created", flush=True)
     elif command == "migrate":
         session_id, stop, encoding = sys.argv[3], sys.argv[4], sys.argv[5]
 

@@ -151,7 +151,7 @@ def test_first_write_migrates_format1_leaving_the_source_byte_identical(
     assert kept.read_bytes() == source
     text = unzstd(path) if compress else path.read_bytes()
     assert path.read_bytes().startswith(MAGIC) == compress
-    assert text.startswith(b'{"tidelog":"session","format":2,"id":"chat"')
+    assert text.startswith(b'{"tidelog":"session","format":3,"id":"chat"')
     assert b"torn" not in text
     assert session_file(legacy, "Other/ID").read_bytes() == other
 
@@ -334,7 +334,7 @@ def test_frame_claiming_an_absurd_size_is_damage_not_an_allocation(zroot: Path) 
     "content",
     [
         b"hello, zstd\n",
-        b'{"tidelog":"session","format":3,"id":"s"}\n',
+        b'{"tidelog":"session","format":4,"id":"s"}\n',
         b'{"tidelog":"session","format":1,"id":"s","incarnation":1,"epoch":0,"cuts":[],'
         b'"created_at":1.0,"updated_at":1.0,"header":{},"parent":null,"base_seq":0,'
         b'"bases":[]}\n',
