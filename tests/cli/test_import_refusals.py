@@ -16,8 +16,7 @@ import pytest
 from cli_support import contents, files, new_address, tidelog
 
 from runtime import JSON, NewEvent
-from stores import RestoreOp, prepare_events
-from stores.urls import open_store
+from stores import RestoreOp, open_store, prepare_events
 
 KINDS = ["sqlite", "jsonl", "postgres"]
 

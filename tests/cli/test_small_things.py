@@ -15,8 +15,7 @@ from pathlib import Path
 import pytest
 from cli_support import MEASURED, TIMEOUT, make_db
 
-from stores import AppendOp, NewEvent, prepare_events
-from stores.urls import open_store
+from stores import AppendOp, NewEvent, open_store, prepare_events
 
 COMMAND = [sys.executable, "-m", "runtime.cli"]
 ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")

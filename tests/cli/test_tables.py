@@ -17,7 +17,7 @@ from pathlib import Path
 from cli_support import TIMEOUT
 
 from runtime import NewEvent
-from stores.urls import open_store
+from stores import open_store
 
 #: Ids sharing their first 40 characters (a cut to fewer shows them as one).
 IDS = [
