@@ -86,6 +86,15 @@ def commit_line(line: bytes) -> bool:
     return cut > 0 and end_mark(line[:cut])[0] > 0 and PREFIX.match(line) is not None
 
 
+def batch_first(line: bytes) -> int:
+    """The first seq of the batch that the commit line ``line`` closes (0 if it is not
+    one): its seq minus its count, plus one."""
+    cut = checked(line)
+    match = PREFIX.match(line) if cut > 0 else None
+    count = end_mark(line[:cut])[0] if match is not None else 0
+    return int(match.group(1)) - count + 1 if match is not None and count > 0 else 0
+
+
 class Plain(Codec):
     """Format 2 in plain lines (see the module doc)."""
 
@@ -152,7 +161,9 @@ class Plain(Codec):
                     if match is None
                     else f"expected seq {expected}"
                 )
-                return stop_unless_committed(result, data, base, pos, why, path, commit_line)
+                return stop_unless_committed(
+                    result, data, base, pos, why, path, commit_line, batch_first
+                )
             pending.append(base + pos)
             run = match.group(4)
             if run is not None:
@@ -161,7 +172,14 @@ class Plain(Codec):
             if count:
                 if count != len(pending):
                     return stop_unless_committed(
-                        result, data, base, pos, "batch count mismatch", path, commit_line
+                        result,
+                        data,
+                        base,
+                        pos,
+                        "batch count mismatch",
+                        path,
+                        commit_line,
+                        batch_first,
                     )
                 result.add_batch(
                     pending, pending_runs, expected, float(match.group(2)), base + nl + 1

@@ -1,0 +1,81 @@
+"""A power cut that keeps the last page of an unsynced batch but loses an earlier one.
+
+The kernel may write the pages of an unsynced write back in any order, so after a power
+loss the page holding a batch's commit line can be on disk while an earlier page of the
+same batch is not (zeros there). That batch was never acknowledged (a FULL commit that
+returned was fsynced), so it must read as a torn last batch -- dropped whole, every
+earlier batch served -- never as damage inside the committed region. The same damage
+followed by a later whole batch *is* corruption (``StoreCorruptError``)."""
+
+from __future__ import annotations
+
+import base64
+import random
+from pathlib import Path
+
+import pytest
+
+from stores import JsonlStore, NewEvent, StoreCorruptError
+
+PAGE = 4096
+
+
+def _incompressible(rng: random.Random, n: int) -> str:
+    return base64.b64encode(rng.randbytes(n * 3 // 4)).decode()[:n]
+
+
+def _write(root: Path, compress: bool, extra_batch: bool) -> tuple[Path, int]:
+    """A FULL store: one small event, then a batch of four 1,500-byte events (and, with
+    ``extra_batch``, one more small batch); the session file and the first batch's end."""
+    rng = random.Random(33)
+    store = JsonlStore(root, synchronous="full", compress=compress)
+    try:
+        store.append("s", [NewEvent("small", {"n": 0})])
+        path = root / "sessions" / "s.jsonl"
+        first_end = path.stat().st_size
+        store.append("s", [NewEvent("big", {"pad": _incompressible(rng, 1500)}) for _ in range(4)])
+        if extra_batch:
+            store.append("s", [NewEvent("small", {"n": 5})])
+    finally:
+        store.close()
+    return path, first_end
+
+
+def _lose_page(path: Path, start: int) -> None:
+    """Zero the file from ``start`` to the next page boundary (a page never written)."""
+    stop = min(path.stat().st_size, (start // PAGE + 1) * PAGE)
+    with open(path, "r+b") as f:
+        f.seek(start)
+        f.write(bytes(stop - start))
+
+
+@pytest.mark.parametrize("compress", [False, True], ids=["plain", "zstd"])
+def test_lost_early_page_of_the_last_batch_drops_it_as_torn(tmp_path: Path, compress: bool) -> None:
+    """The last batch's commit line survives, an earlier page of it is lost: the batch
+    is dropped as torn, the acknowledged first batch is read, and a writer continues."""
+    path, first_end = _write(tmp_path, compress, extra_batch=False)
+    assert path.stat().st_size > (first_end // PAGE + 1) * PAGE  # the commit line survives
+    _lose_page(path, first_end)
+    store = JsonlStore(tmp_path, synchronous="full", compress=compress)
+    try:
+        assert [(e.seq, e.data) for e in store.read("s")] == [(1, {"n": 0})]
+        assert store.head("s") == 1
+        assert store.append("s", [NewEvent("small", {"n": 2})]) == 2  # truncates the tail
+        assert [e.data for e in store.read("s")] == [{"n": 0}, {"n": 2}]
+        assert store.check_integrity() == (True, "ok")
+    finally:
+        store.close()
+
+
+@pytest.mark.parametrize("compress", [False, True], ids=["plain", "zstd"])
+def test_the_same_damage_before_a_later_batch_is_corruption(tmp_path: Path, compress: bool) -> None:
+    """The same lost page with a whole batch after the damaged one: committed data is
+    damaged, and the session is refused with StoreCorruptError."""
+    path, first_end = _write(tmp_path, compress, extra_batch=True)
+    _lose_page(path, first_end)
+    store = JsonlStore(tmp_path, synchronous="full", compress=compress)
+    try:
+        with pytest.raises(StoreCorruptError, match="inside the committed region"):
+            store.read("s")
+    finally:
+        store.close()
