@@ -41,7 +41,7 @@ import attrs
 
 from .._errors import StoreCorruptError, StoreIOError
 from .._records import PreparedEvent
-from ._files import fsync_dir, publish
+from ._files import IO, fsync_dir, publish
 from ._format import (
     Codec,
     Header,
@@ -223,7 +223,7 @@ def migrate(
     keep = os.path.join(migrated_dir, f"{stem}.{index.ino}.v1.jsonl")
     try:
         try:
-            os.link(path, keep)
+            IO.link(path, keep)
         except FileExistsError:
             if os.stat(keep).st_ino != index.ino:
                 raise StoreIOError(f"{keep}: exists and is not {path}'s source") from None
@@ -237,5 +237,5 @@ def migrate(
     except OSError as exc:
         with contextlib.suppress(OSError):
             if os.stat(path).st_ino == index.ino:  # not published: nothing to keep
-                os.unlink(keep)
+                IO.unlink(keep)
         raise StoreIOError(f"{path}: cannot migrate format 1 to 2 ({exc})") from exc

@@ -46,6 +46,7 @@ import zlib
 from array import array
 from typing import TYPE_CHECKING
 
+from ._files import IO
 from ._format2 import PREFIX, checked, commit_line
 from ._zstd import ZSTD, ZstdError, frame_size
 
@@ -121,10 +122,10 @@ def _rewrite(index: FileIndex, path: str) -> None:
     try:
         with open(tmp, "wb") as f:
             f.write(data)
-        os.rename(tmp, path)
+        IO.rename(tmp, path)
     finally:
         with contextlib.suppress(FileNotFoundError):
-            os.unlink(tmp)
+            IO.unlink(tmp)
     info = os.stat(path)
     index.sidecar_seen = (info.st_ino, info.st_size)
 
