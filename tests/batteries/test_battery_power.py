@@ -24,15 +24,17 @@ from typing import Any, Literal
 import pytest
 from battery_support import record, size
 from power_disk import Mode, recording
+from power_vfs import recording_default_vfs
 from power_workload import Model, Snapshot, check_cut, run, text
 
-from stores import JsonlStore
+from stores import JsonlStore, SqliteStore
 
 CUTS = size(20, 500)  # per backend and synchronous mode
 OPS = size(40, 120)
 #: The chance that a seam call is a cut point.
 RATE = 0.12
-FIXTURE = Path(__file__).parents[1] / "stores" / "fixtures" / "jsonl-format1"
+FIXTURES = Path(__file__).parents[1] / "stores" / "fixtures"
+FIXTURE = FIXTURES / "jsonl-format1"
 MODES: tuple[Mode, ...] = ("none", "all", "some", "some", "some")
 
 
@@ -121,4 +123,57 @@ def test_jsonl_power_cuts_keep_every_acknowledged_event(
         workload=_jsonl_workload(compress, sync == "full"),
         open_store=lambda d: JsonlStore(d, synchronous=sync, compress=compress),
         battery=f"power-jsonl-{'zstd' if compress else 'plain'}-{sync}",
+    )
+
+
+def _sqlite_workload(full: bool) -> Callable[..., None]:
+    def workload(work: Path, rng: random.Random, taken: list[tuple[Path, Snapshot, str]]) -> None:
+        db = work / "store" / "s.db"
+        db.parent.mkdir(parents=True)
+        shutil.copyfile(FIXTURES / "sqlite-format3.db", db)  # opening it migrates it
+        model = Model(full=full)
+        sync: Literal["normal", "full"] = "full" if full else "normal"
+        probe = work / "probe.db"
+        shutil.copyfile(db, probe)
+        store = SqliteStore(probe)
+        try:
+            _read_all(store, model)
+        finally:
+            store.close()
+        with recording_default_vfs(str(db.parent)) as vfs:
+
+            def on_call(n: int) -> None:
+                if rng.random() >= RATE:
+                    return
+                mode = rng.choice(MODES)
+                dest = work / f"cut{n}"
+                vfs.cut(str(dest), rng, mode)
+                taken.append((dest, model.snapshot(), mode))
+
+            vfs.on_call = on_call
+            store = SqliteStore(db, synchronous=sync)
+            try:
+                run(store, model, rng, OPS, pad=1500)
+            finally:
+                vfs.on_call = None
+                store.close()
+
+    return workload
+
+
+@pytest.mark.parametrize("cuts", [CUTS])
+@pytest.mark.parametrize("sync", ["normal", "full"])
+def test_sqlite_power_cuts_keep_every_acknowledged_event(
+    tmp_path: Path, cuts: int, sync: Literal["normal", "full"]
+) -> None:
+    """Power cuts at random VFS calls of a SQLite store (a format 3 file migrated at
+    open): each leaves a database that opens, holds every acknowledged event once, and
+    nothing that was not sent."""
+    _cuts(
+        tmp_path,
+        cuts,
+        seed=11 if sync == "full" else 13,
+        workload=_sqlite_workload(sync == "full"),
+        open_store=lambda d: SqliteStore(d / "s.db", synchronous=sync),
+        battery=f"power-sqlite-{sync}",
     )
