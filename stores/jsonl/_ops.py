@@ -338,6 +338,14 @@ def _link_prefix(
         raise
     for each in made:
         txn.undo_step(_unlinker(each))
+        # The fork's header will name these seqs: they must be on disk before its name
+        # can be (with synchronous="normal" the source's last batches may be unsynced,
+        # and a power cut could keep the fork but lose the seqs it is built on).
+        fd = os.open(each, os.O_RDONLY)
+        try:
+            IO.fsync(fd)
+        finally:
+            os.close(fd)
     txn.dirty_dir(layout.bases)
     return tuple(links)
 

@@ -208,10 +208,13 @@ class PowerDisk:
                     names[(d, n)] = key
         return names
 
-    def cut(self, dest: str, rng: random.Random, mode: Mode) -> dict[str, int]:
-        """Write to ``dest`` (a new directory) what the disk holds if the power fails now;
-        call under :attr:`lock`. Returns counts (files, pages lost)."""
-        upto = {"none": self.must, "all": len(self.log)}.get(mode)
+    def cut(
+        self, dest: str, rng: random.Random, mode: Mode, names_mode: Mode | None = None
+    ) -> dict[str, int]:
+        """Write to ``dest`` (a new directory) what the disk holds if the power fails now
+        (``names_mode``: another mode for the names than for the contents); call under
+        :attr:`lock`. Returns each file's synced size (by relative path)."""
+        upto = {"none": self.must, "all": len(self.log)}.get(names_mode or mode)
         if upto is None:
             upto = rng.randint(self.must, len(self.log))
         names = self._names(upto)
@@ -231,21 +234,22 @@ class PowerDisk:
         for rel in self.dirs:
             os.makedirs(os.path.join(dest, rel), exist_ok=True)
         placed: dict[str, str] = {}
-        changed = 0
+        synced_sizes: dict[str, int] = {}
         for (rel, name), key in sorted(names.items()):
             target = os.path.join(dest, rel, name)
             os.makedirs(os.path.dirname(target), exist_ok=True)
+            synced_sizes[os.path.normpath(os.path.join(rel, name))] = len(
+                self.durable.get(key, b"")
+            )
             if key in placed:
                 os.link(placed[key], target)
                 continue
             synced = self.durable.get(key, b"")
             now = current.get(key, synced)  # a file with no name left: only its synced part
-            data = mix_pages(synced, now, rng, mode)
-            changed += data != synced
             with open(target, "wb") as f:
-                f.write(data)
+                f.write(mix_pages(synced, now, rng, mode))
             placed[key] = target
-        return {"files": len(placed), "unsynced_files": changed}
+        return synced_sizes
 
 
 @contextlib.contextmanager
