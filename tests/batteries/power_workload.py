@@ -19,7 +19,9 @@ promises, naming the one that broke:
   later state (for appends: a prefix of the unflushed events, no holes, no reordering);
 * **accepted only**: no session and no event that the workload never sent;
 * **atomic groups**: a group's sessions all show it or none does;
-* **checks**: the store's own integrity check passes;
+* **checks**: the store's own integrity check passes, and so does ``tidelog check``'s
+  (``run_check``: lineage of every fork, leases, run checkpoints; run with ``quick``, as
+  the integrity check ran already);
 * **writable**: a writer appends to every session and reads it back without a gap (a torn
   tail is repaired).
 """
@@ -29,13 +31,17 @@ from __future__ import annotations
 import json
 import random
 from collections.abc import Callable, Mapping
+from functools import partial
 from typing import Any
 
 import attrs
+import trio
 
-from stores import NewEvent, StoreCorruptError
+from runtime.cli._check import run_check
+from stores import NewEvent, SqliteStore, StoreCorruptError
 from stores._contract import AppendOp, GroupOp, ReplaceOp, TruncateOp
 from stores._records import prepare_events
+from stores._urls import StoreKind
 
 __all__ = ["Model", "PromiseBroken", "Snapshot", "check_cut", "run", "text"]
 
@@ -114,7 +120,7 @@ def run(store: Any, model: Model, rng: random.Random, ops: int, pad: int) -> Non
         for _ in range(n):
             counter += 1
             size = rng.choice((10, 200, pad, 2 * pad))
-            filler = "".join(rng.choice("abcdefghij0123456789") for _ in range(size))
+            filler = rng.randbytes(size // 2).hex()
             out.append(NewEvent(rng.choice(("user", "tool")), {"n": counter, "pad": filler}))
         return out
 
@@ -260,6 +266,11 @@ def check_cut(open_store: Callable[[], Any], snap: Snapshot, where: str) -> int:
                 raise broken("writable", f"session {sid!r}: head {head} after one append")
             if _read(store, sid) != (*content, text("after", {"cut": True})):
                 raise broken("writable", f"session {sid!r} does not read back after an append")
+        kind: StoreKind = "sqlite" if isinstance(store, SqliteStore) else "jsonl"
+        findings, _ = trio.run(partial(run_check, store, kind, quick=True))
+        errors = [f for f in findings if f.level == "error"]
+        if errors:
+            raise broken("checks", f"tidelog check: {errors}")
         return sum(len(c) for c in found.values() if c)
     finally:
         store.close()
