@@ -1,4 +1,4 @@
-"""Battery 6: power loss. Cut the power at random points of a real store's work and check
+"""Battery 8: power loss. Cut the power at random points of a real store's work and check
 that every acknowledged event survives (``docs/reliability.md``).
 
 A kill battery cannot test this: SIGKILL leaves the kernel's page cache, so a missing or
