@@ -12,8 +12,9 @@ their writes.
 Lock files are never deleted (a process waiting on a deleted lock file would lock a file
 nobody else sees); they are empty unless a lease is held, when they name the holder.
 
-**The I/O seam.** Every write, fsync and truncate of the store goes through :data:`IO`,
-which tests replace to inject failures.
+**The I/O seam.** Every write, fsync and truncate of the store, and every rename, link
+and unlink of its files, goes through :data:`IO`, which tests replace to inject failures
+or record what a power cut could keep.
 """
 
 from __future__ import annotations
@@ -53,9 +54,15 @@ class _IO:
     write: Callable[[int, bytes], int] = os.write
     fsync: Callable[[int], None] = os.fsync
     truncate: Callable[[int, int], None] = os.ftruncate
+    #: The calls that change names (``rename`` replaces an existing target, as
+    #: ``os.replace`` does), so a test can record what a directory fsync made durable.
+    rename: Callable[[str, str], None] = os.rename
+    link: Callable[[str, str], None] = os.link
+    unlink: Callable[[str], None] = os.unlink
 
 
-#: The seam: tests replace its attributes to fail writes, fsyncs or truncates.
+#: The seam: tests replace its attributes to fail writes, fsyncs or truncates, or to
+#: record renames, links and unlinks.
 IO = _IO()
 
 
@@ -104,12 +111,12 @@ def publish(tmp_dir: str, final: str, data: bytes, *, replace: bool) -> None:
         finally:
             os.close(fd)
         if replace:
-            os.rename(tmp, final)
+            IO.rename(tmp, final)
         else:
-            os.link(tmp, final)
+            IO.link(tmp, final)
     finally:
         with contextlib.suppress(FileNotFoundError):
-            os.unlink(tmp)
+            IO.unlink(tmp)
 
 
 # -- locks and leases ------------------------------------------------------------------------

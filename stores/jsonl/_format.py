@@ -294,21 +294,34 @@ def stop_unless_committed(
     why: str,
     path: str,
     is_commit: Callable[[bytes], bool],
+    first_of: Callable[[bytes], int] | None = None,
 ) -> Scan:
     """End a line scan at byte ``bad`` of ``data`` (``base`` is its offset in the file),
     where a batch is not whole: a torn tail -- unless a later whole line is a commit line
-    (``is_commit``), which makes it damage inside the committed region (``result.damage``)."""
+    (``is_commit``), which makes it damage inside the committed region (``result.damage``).
+
+    ``first_of`` (the first seq of the batch a commit line closes) tells the damaged
+    batch's *own* commit line apart: a batch written without an fsync may reach the disk
+    with its last page but not an earlier one, so its commit line surviving after the bad
+    byte is still a torn last batch; only a commit line of a *later* batch proves that
+    committed data is damaged."""
+    own = result.head + 1
+    seen_own = False
     pos = data.find(b"\n", bad)
     while pos >= 0:
         nxt = data.find(b"\n", pos + 1)
         if nxt < 0:
             break
-        if is_commit(data[pos + 1 : nxt]):
-            result.damage = (
-                base + bad,
-                f"{path}: byte {base + bad}: {why} inside the committed region",
-            )
-            return result
+        line = data[pos + 1 : nxt]
+        if is_commit(line):
+            if first_of is not None and not seen_own and first_of(line) == own:
+                seen_own = True  # the damaged batch's own commit: torn unless more follows
+            else:
+                result.damage = (
+                    base + bad,
+                    f"{path}: byte {base + bad}: {why} inside the committed region",
+                )
+                return result
         pos = nxt
     return result
 

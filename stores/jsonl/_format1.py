@@ -42,7 +42,7 @@ import attrs
 
 from .._errors import StoreCorruptError, StoreIOError
 from .._records import PreparedEvent
-from ._files import fsync_dir, publish
+from ._files import IO, fsync_dir, publish
 from ._format import (
     Codec,
     Header,
@@ -226,7 +226,7 @@ def migrate(
     keep = os.path.join(migrated_dir, f"{stem}.{index.ino}.v{index.header.format}.jsonl")
     try:
         try:
-            os.link(path, keep)
+            IO.link(path, keep)
         except FileExistsError:
             if os.lstat(keep).st_ino != index.ino:  # (a planted symlink is not it)
                 raise StoreIOError(f"{keep}: exists and is not {path}'s source") from None
@@ -240,7 +240,7 @@ def migrate(
     except OSError as exc:
         with contextlib.suppress(OSError):
             if os.stat(path).st_ino == index.ino:  # not published: nothing to keep
-                os.unlink(keep)
+                IO.unlink(keep)
         raise StoreIOError(
             f"{path}: cannot migrate format {index.header.format} to {codec.format} ({exc})"
         ) from exc

@@ -131,6 +131,14 @@ class Plain(Codec):
         cut = self.check(line)
         return cut > 0 and end_mark(line[:cut])[0] > 0 and PREFIX.match(line) is not None
 
+    def batch_first(self, line: bytes) -> int:
+        """The first seq of the batch that the commit line ``line`` closes (0 if it is not
+        one of this file's commit lines): its seq minus its count, plus one."""
+        cut = self.check(line)
+        match = PREFIX.match(line) if cut > 0 else None
+        count = end_mark(line[:cut])[0] if match is not None else 0
+        return int(match.group(1)) - count + 1 if match is not None and count > 0 else 0
+
     def header(self, h: Header) -> bytes:
         return encode_header(h)
 
@@ -198,7 +206,9 @@ class Plain(Codec):
                     if match is None
                     else f"expected seq {expected}"
                 )
-                return stop_unless_committed(result, data, base, pos, why, path, self.is_commit)
+                return stop_unless_committed(
+                    result, data, base, pos, why, path, self.is_commit, self.batch_first
+                )
             pending.append(base + pos)
             run = match.group(4)
             if run is not None:
@@ -207,7 +217,14 @@ class Plain(Codec):
             if count:
                 if count != len(pending):
                     return stop_unless_committed(
-                        result, data, base, pos, "batch count mismatch", path, self.is_commit
+                        result,
+                        data,
+                        base,
+                        pos,
+                        "batch count mismatch",
+                        path,
+                        self.is_commit,
+                        self.batch_first,
                     )
                 result.add_batch(
                     pending, pending_runs, expected, float(match.group(2)), base + nl + 1

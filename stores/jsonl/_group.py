@@ -98,7 +98,7 @@ def begin_group(
             if entry["exists"]:
                 stem = str(entry["stem"])
                 backup = os.path.join(intents_dir, f"{group}.{stem}.bak")
-                os.link(os.path.join(sessions_dir, f"{stem}.jsonl"), backup)
+                IO.link(os.path.join(sessions_dir, f"{stem}.jsonl"), backup)
                 backups.append(backup)
         IO.fsync(fd)
         fsync_dir(intents_dir)
@@ -128,7 +128,7 @@ def begin_group(
         step("members synced")
 
     def commit(full: bool) -> None:
-        os.unlink(path)
+        IO.unlink(path)
         if full:
             fsync_dir(intents_dir)
         close()
@@ -150,7 +150,7 @@ def _fsync_file(path: str) -> None:
 def _remove(paths: list[str]) -> None:
     for path in paths:
         with contextlib.suppress(FileNotFoundError):
-            os.unlink(path)
+            IO.unlink(path)
 
 
 def pending(intents_dir: str, stem: str | None) -> list[str]:
@@ -255,7 +255,7 @@ def recover(
             for member in members:
                 _roll_back(shared, intents_dir, sessions_dir, group, member)
             fsync_dir(sessions_dir)
-            os.unlink(path)
+            IO.unlink(path)
             fsync_dir(intents_dir)
         except (SessionOwnedError, StoreBusyError):
             return False
@@ -279,13 +279,13 @@ def _roll_back(
         index.close()
     if not member.get("exists"):
         with contextlib.suppress(FileNotFoundError):
-            os.unlink(session)
+            IO.unlink(session)
         return
     backup = os.path.join(intents_dir, f"{group}.{stem}.bak")
     with contextlib.suppress(FileNotFoundError):
-        os.rename(backup, session)
+        IO.rename(backup, session)
     with contextlib.suppress(FileNotFoundError):  # a rename onto the same inode keeps both
-        os.unlink(backup)
+        IO.unlink(backup)
     end = int(member["end"])  # type: ignore[call-overload]
     fd = os.open(session, os.O_RDWR | os.O_NOFOLLOW)
     try:
@@ -309,4 +309,4 @@ def recover_all(shared: Shared, intents_dir: str, sessions_dir: str, busy_ms: in
     for name in names:
         if name.endswith(".bak") and name.split(".", 1)[0] not in groups:
             with contextlib.suppress(FileNotFoundError):
-                os.unlink(os.path.join(intents_dir, name))
+                IO.unlink(os.path.join(intents_dir, name))

@@ -19,6 +19,7 @@ from .._checks import check_fork, fork_header
 from .._contract import AppendOp, DeleteOp, GroupOp, ReplaceOp, RestoreOp, TruncateOp, WriteOp
 from .._errors import ConflictError, OwnershipLostError, StoreCorruptError, TidelogError
 from .._records import JSON, PreparedEvent, SessionInfo, decode_json_object, encode_json
+from ._files import IO
 from ._format import Header, file_stem
 from ._group import begin_group, step
 from ._index import FileIndex, read_exact
@@ -160,7 +161,7 @@ _stem = file_stem
 def _unlinker(path: str) -> Callable[[], None]:
     def unlink() -> None:
         with contextlib.suppress(FileNotFoundError):
-            os.unlink(path)
+            IO.unlink(path)
 
     return unlink
 
@@ -324,7 +325,7 @@ def _link_prefix(
     try:
         for origin, target, lo, hi in wanted:
             path = layout.base(target)
-            os.link(origin, path)
+            IO.link(origin, path)
             made.append(path)
             if origin == source.path and os.stat(path).st_ino != source.ino:
                 for each in made:
@@ -337,6 +338,14 @@ def _link_prefix(
         raise
     for each in made:
         txn.undo_step(_unlinker(each))
+        # The fork's header will name these seqs: they must be on disk before its name
+        # can be (with synchronous="normal" the source's last batches may be unsynced,
+        # and a power cut could keep the fork but lose the seqs it is built on).
+        fd = os.open(each, os.O_RDONLY)
+        try:
+            IO.fsync(fd)
+        finally:
+            os.close(fd)
     txn.dirty_dir(layout.bases)
     return tuple(links)
 

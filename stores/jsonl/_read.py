@@ -33,7 +33,7 @@ from .._errors import (
     UnsupportedFormatError,
 )
 from .._records import SessionInfo, StoredEvent, validate_session_id
-from ._files import Shared
+from ._files import IO, Shared
 from ._format import file_stem, stem_id
 from ._group import before_group, uncommitted
 from ._index import FileIndex
@@ -385,10 +385,10 @@ class Reader:
                 flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW
                 with open(os.open(tmp, flags, 0o644), "w", encoding="utf-8") as f:
                     f.write(body)
-                os.replace(tmp, path)
+                IO.rename(tmp, path)
             except OSError as exc:
                 with contextlib.suppress(OSError):
-                    os.unlink(tmp)
+                    IO.unlink(tmp)
                 raise StoreIOError(f"save_projection: I/O failure ({exc})") from exc
 
     def load_projection(self, session_id: str, name: str, version: int) -> tuple[int, str] | None:

@@ -46,6 +46,7 @@ import zlib
 from array import array
 from typing import TYPE_CHECKING
 
+from ._files import IO
 from ._format2 import PREFIX
 from ._zstd import ZSTD, ZstdError, frame_size
 
@@ -122,10 +123,10 @@ def _rewrite(index: FileIndex, path: str) -> None:
         flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW
         with open(os.open(tmp, flags, 0o644), "wb") as f:
             f.write(data)
-        os.rename(tmp, path)
+        IO.rename(tmp, path)
     finally:
         with contextlib.suppress(FileNotFoundError):
-            os.unlink(tmp)
+            IO.unlink(tmp)
     info = os.stat(path)
     index.sidecar_seen = (info.st_ino, info.st_size)
 

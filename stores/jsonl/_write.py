@@ -327,7 +327,7 @@ class Txn:
             data += codec.batch(events, header.base_seq + 1, now, stamps)[0]
         path = self.layout.session(stem)
         publish(self.layout.tmp, path, data, replace=False)
-        self._undo.append(lambda: os.unlink(path))
+        self._undo.append(lambda: IO.unlink(path))
         self._dirs.add(self.layout.sessions)
         self.changed = True
         return self._open(stem, path)
@@ -339,7 +339,7 @@ class Txn:
         backup = self._backup(path)
         publish(self.layout.tmp, path, index.codec.header(header) + body, replace=True)
         self._undo.append(lambda: self._restore(stem, index, backup, path))
-        self._done.append(lambda: os.unlink(backup))
+        self._done.append(lambda: IO.unlink(backup))
         self._dirs.add(self.layout.sessions)
         self.changed = True
         return self._open(stem, path)
@@ -348,24 +348,24 @@ class Txn:
         """Remove a session's file (restored if the batch is undone)."""
         path = self.layout.session(stem)
         backup = self._backup(path)
-        os.unlink(path)
+        IO.unlink(path)
         self.shared.writers.pop(stem, None)
         self._undo.append(lambda: self._restore(stem, index, backup, path))
-        self._done.append(lambda: os.unlink(backup))
+        self._done.append(lambda: IO.unlink(backup))
         self._done.append(index.close)
         self._dirs.add(self.layout.sessions)
         self.changed = True
 
     def _backup(self, path: str) -> str:
         backup = os.path.join(self.layout.tmp, f"{uuid.uuid4().hex}.bak")
-        os.link(path, backup)
+        IO.link(path, backup)
         return backup
 
     def _restore(self, stem: str, index: FileIndex, backup: str, path: str) -> None:
         current = self.shared.writers.get(stem)
         if current is not None and current is not index:
             current.close()
-        os.rename(backup, path)
+        IO.rename(backup, path)
         self.shared.writers[stem] = index
 
     def _open(self, stem: str, path: str) -> FileIndex:
