@@ -113,9 +113,10 @@ class Runner:
         then ``RunCompleted``, ``AwaitingApproval``, ``RunStopped`` or ``RunFailed``). A
         model that can stream (:class:`StreamingModel`) is asked to: its ``TextDelta``
         and ``ToolCallDelta`` events (and ``StreamRestarted`` when a turn is asked again
-        after a failure) come as they arrive, before the turn's ``ModelTurn``. Checkpoints still record whole
-        turns only: a crash mid-stream resumes by asking for the turn again. Leaving the
-        block early cancels the run (which then checkpoints as interrupted)."""
+        after a failure) come as they arrive, before the turn's ``ModelTurn``.
+        Checkpoints still record whole turns only: a crash mid-stream resumes by asking
+        for the turn again. Leaving the block early cancels the run (which then
+        checkpoints as interrupted)."""
         send, receive = trio.open_memory_channel[RunEvent](0)
 
         async def drive() -> None:
