@@ -63,6 +63,11 @@ class Runner:
         run's completed checkpoint was already saved (then it stays completed). Neither
         save ever masks the original error. A store error during a save aborts the run.
 
+        The result's ``status`` is ``"completed"``, or ``"awaiting_approval"`` when a tool
+        call needs a person's decision (``pending_approvals``; see ``approve``, and
+        ``CheckpointOptions.wait_for_decisions`` to wait instead), or ``"interrupted"``
+        when another process asked the run to stop (``request_stop``; ``stop_reason``).
+
         Raises: :class:`SessionOwnedError` (the run is live elsewhere),
         :class:`RunExistsError` / :class:`RunNotFoundError` (policy),
         :class:`AgentNotFoundError` (resume of an unknown agent),
@@ -105,12 +110,13 @@ class Runner:
     ) -> AsyncIterator[trio.MemoryReceiveChannel[RunEvent]]:
         """Run as :meth:`run` in a background task and yield a channel of run events
         (``RunStarted``, ``ModelTurn``, ``ToolStarted``, ``ToolFinished``, ``Handoff``,
-        then ``RunCompleted`` or ``RunFailed``). A model that can stream
-        (:class:`StreamingModel`) is asked to: its ``TextDelta`` and ``ToolCallDelta``
-        events (and ``StreamRestarted`` when a turn is asked again after a failure) come
-        as they arrive, before the turn's ``ModelTurn``. Checkpoints still record whole
-        turns only: a crash mid-stream resumes by asking for the turn again. Leaving the
-        block early cancels the run (which then checkpoints as interrupted)."""
+        then ``RunCompleted``, ``AwaitingApproval``, ``RunStopped`` or ``RunFailed``). A
+        model that can stream (:class:`StreamingModel`) is asked to: its ``TextDelta``
+        and ``ToolCallDelta`` events (and ``StreamRestarted`` when a turn is asked again
+        after a failure) come as they arrive, before the turn's ``ModelTurn``.
+        Checkpoints still record whole turns only: a crash mid-stream resumes by asking
+        for the turn again. Leaving the block early cancels the run (which then
+        checkpoints as interrupted)."""
         send, receive = trio.open_memory_channel[RunEvent](0)
 
         async def drive() -> None:
