@@ -24,8 +24,7 @@ from collections.abc import Callable, Iterable
 
 import trio
 
-from stores import TidelogError
-from stores._listening import ChangeListener, listener_factory
+from stores import ChangeListener, TidelogError, listener_factory
 
 from ._lane import StoreLane
 

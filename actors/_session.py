@@ -55,8 +55,8 @@ from stores import (
     TruncateOp,
     UnwrittenError,
     WriteOp,
+    decode_json,
 )
-from stores._records import decode_json
 
 from ._pending import GroupWrite, PendingWrite, WriteKind
 

@@ -35,9 +35,9 @@ from stores import (
     Store,
     TidelogError,
     UnwrittenError,
+    decode_json_object,
+    local_holder,
 )
-from stores._leases import local_holder
-from stores._records import decode_json_object
 
 from ._lane import StoreLane
 from ._session import ActorState, SessionActor

@@ -26,11 +26,11 @@ from stores import (
     StoredEvent,
     TidelogError,
     check_flag,
+    check_list_args,
     check_seq,
     validate_header,
     validate_session_id,
 )
-from stores._checks import check_list_args
 
 from ._constructors import NoPublicConstructor
 from ._engine import Engine

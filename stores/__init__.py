@@ -13,6 +13,7 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING
 
+from ._checks import check_list_args
 from ._contract import (
     AppendOp,
     BatchResult,
@@ -52,7 +53,7 @@ from ._errors import (
     UnwrittenError,
 )
 from ._leases import holder_is_dead, local_holder
-from ._listening import ChangeListener
+from ._listening import ChangeListener, listener_factory
 from ._records import (
     JSON,
     MAX_BATCH_BYTES,
@@ -135,12 +136,14 @@ __all__ = [
     "WriteOp",
     "check_count",
     "check_flag",
+    "check_list_args",
     "check_seq",
     "decode_json",
     "decode_json_object",
     "encode_json",
     "holder_is_dead",
     "is_postgres_url",
+    "listener_factory",
     "local_holder",
     "open_store",
     "prepare_events",

@@ -23,8 +23,7 @@ from typing import Protocol, TypeAlias, runtime_checkable
 import attrs
 import trio
 
-from stores import JSON
-from stores._records import decode_json, encode_json
+from stores import JSON, decode_json, encode_json
 
 from ._transcript import Entry
 

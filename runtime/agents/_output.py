@@ -22,8 +22,7 @@ import attrs
 import jsonschema
 import pydantic
 
-from stores import JSON, InvalidArgumentError, TidelogError
-from stores._records import decode_json, encode_json
+from stores import JSON, InvalidArgumentError, TidelogError, decode_json, encode_json
 
 from ._schema import describe_errors, pydantic_type, strict_schema
 

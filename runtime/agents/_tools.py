@@ -22,8 +22,7 @@ import pydantic
 import pydantic_core
 import trio
 
-from stores import JSON, InvalidArgumentError
-from stores._records import decode_json, encode_json
+from stores import JSON, InvalidArgumentError, decode_json, encode_json
 
 from ._models import UNPARSED_ARGUMENTS
 from ._schema import describe_errors, parse_docs, pydantic_type, strict_schema
@@ -50,9 +49,10 @@ class RunContext:
     context: Any = None
 
 
-class ToolArgumentsError(ValueError):
+class ToolArgumentsError(InvalidArgumentError):
     """A model's call does not fit the tool's parameters; ``str()`` says why, for the
-    model. Raised by :meth:`FunctionTool.validate` before the body ever runs."""
+    model. Raised by :meth:`FunctionTool.validate` before the body ever runs (an
+    :class:`~stores.InvalidArgumentError`, so also a ``ValueError``)."""
 
 
 ToolBody: TypeAlias = Callable[..., Any]

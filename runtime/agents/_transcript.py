@@ -36,8 +36,16 @@ from typing import Any, ClassVar, Literal, TypeAlias
 
 import attrs
 
-from stores._errors import InvalidArgumentError, InvalidEventError
-from stores._records import JSON, MAX_ID_LENGTH, NewEvent, StoredEvent, decode_json, encode_json
+from stores import (
+    JSON,
+    MAX_ID_LENGTH,
+    InvalidArgumentError,
+    InvalidEventError,
+    NewEvent,
+    StoredEvent,
+    decode_json,
+    encode_json,
+)
 
 __all__ = [
     "CONVERSATION_KINDS",

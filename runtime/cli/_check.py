@@ -38,9 +38,7 @@ from runtime import (
     published_statistics,
 )
 from runtime.agents import checkpoint_sessions
-from stores import JsonlStore, LeaseInfo
-from stores._leases import holder_is_dead
-from stores._urls import StoreKind
+from stores import JsonlStore, LeaseInfo, StoreKind, holder_is_dead
 
 from ._errors import EXIT_FOUND, CliError, Interrupted, leaf
 from ._opening import (
@@ -80,16 +78,16 @@ def format_version(kind: StoreKind) -> int:
     """The store format this tidelog writes on backend ``kind`` (what opening checked:
     an older one is migrated by a writer, a newer one refused)."""
     if kind == "sqlite":
-        from stores.sqlite._schema import SCHEMA_VERSION
+        from stores.sqlite import FORMAT_VERSION
 
-        return SCHEMA_VERSION
+        return FORMAT_VERSION
     if kind == "jsonl":
-        from stores.jsonl._root import STORE_FORMAT
+        from stores.jsonl import FORMAT_VERSION as JSONL_FORMAT
 
-        return STORE_FORMAT
-    from stores.postgres._schema import SCHEMA_VERSION as PG_SCHEMA_VERSION
+        return JSONL_FORMAT
+    from stores.postgres import FORMAT_VERSION as PG_FORMAT
 
-    return PG_SCHEMA_VERSION
+    return PG_FORMAT
 
 
 async def _all_sessions(rt: Runtime) -> AsyncIterator[list[SessionInfo]]:

@@ -19,7 +19,7 @@ import trio
 
 from runtime import JSON, SessionOwnedError, Store, open_runtime
 from runtime.agents import PruneReport, conversation_sessions, prune
-from stores._leases import holder_is_dead
+from stores import holder_is_dead
 
 from ._errors import EXIT_FOUND, CliError, Interrupted
 from ._opening import (

@@ -30,7 +30,7 @@ from typing import TypeAlias
 
 import trio
 
-from runtime import JSON, Runtime, StoredEvent, open_runtime
+from runtime import JSON, Runtime, StoredEvent, TidelogError, open_runtime
 from runtime.agents import (
     TOOL_OUTCOME_UNKNOWN,
     Agent,
@@ -77,7 +77,7 @@ SNAPSHOT_SESSION = "support-ada"
 Script: TypeAlias = ModelResponse | Callable[[ModelRequest], ModelResponse]
 
 
-class DemoError(Exception):
+class DemoError(TidelogError):
     """A demo step did not produce what it must (the demo then exits with status 1)."""
 
 

@@ -41,8 +41,9 @@ EXIT_USAGE = 2
 EXIT_INTERRUPTED = 130
 
 
-class CliError(Exception):
-    """A problem to report as one line on stderr, with exit status ``code``."""
+class CliError(TidelogError):
+    """A problem to report as one line on stderr, with exit status ``code`` (a
+    :class:`~stores.TidelogError` like every error tidelog raises)."""
 
     def __init__(self, message: str, code: int = EXIT_USAGE) -> None:
         """Report ``message``; exit with ``code``."""
@@ -53,7 +54,8 @@ class CliError(Exception):
 
 class Interrupted(Exception):
     """Ctrl-C or SIGTERM reached a long command at a point where nothing is half-done;
-    ``done`` says what was completed."""
+    ``done`` says what was completed. Not a :class:`~stores.TidelogError`: it is the
+    user's stop, like ``KeyboardInterrupt``, not a failure of tidelog's."""
 
     def __init__(self, done: str) -> None:
         """Stop; ``done`` is the one-line summary of what was completed."""

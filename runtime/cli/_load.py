@@ -35,9 +35,15 @@ from typing import IO, Literal
 import attrs
 
 from runtime import JSON, InvalidEventError, SessionInfo, Store, StoredEvent, TidelogError
-from stores import LeaseInfo, NewEvent, RestoreOp, prepare_events
-from stores._leases import holder_is_dead
-from stores._records import encode_json, validate_session_id
+from stores import (
+    LeaseInfo,
+    NewEvent,
+    RestoreOp,
+    encode_json,
+    holder_is_dead,
+    prepare_events,
+    validate_session_id,
+)
 
 from ._dump import DUMP_FORMAT, DUMP_VERSION
 from ._errors import EXIT_FOUND, CliError

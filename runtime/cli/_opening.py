@@ -25,7 +25,7 @@ from types import FrameType
 import trio
 
 from runtime import Runtime, Store, open_runtime
-from stores._urls import StoreKind, is_postgres_url, open_store, store_kind
+from stores import StoreKind, is_postgres_url, open_store, store_kind
 
 from ._errors import EXIT_INTERRUPTED, CliError, Interrupted
 
