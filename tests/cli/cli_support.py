@@ -13,8 +13,7 @@ from pathlib import Path
 import apsw
 
 from runtime import JSON, NewEvent, SessionInfo, SqliteStore, StoredEvent
-from stores import AppendOp, prepare_events
-from stores._urls import open_store
+from stores import AppendOp, open_store, prepare_events
 
 #: Every session of a store as its API shows it: info and events.
 Contents = dict[str, tuple[SessionInfo, tuple[StoredEvent, ...]]]
@@ -55,6 +54,22 @@ def tidelog(
         text=True,
         timeout=timeout,
     )
+
+
+def read_terminal(master: int) -> bytes:
+    """Everything a child wrote to the pseudo-terminal whose ``master`` end this is, until
+    it closed it; closes ``master``."""
+    chunks = []
+    while True:
+        try:
+            chunk = os.read(master, 65536)
+        except OSError:  # EIO: the child closed the terminal
+            break
+        if not chunk:
+            break
+        chunks.append(chunk)
+    os.close(master)
+    return b"".join(chunks)
 
 
 def make_db(tmp_path: Path, name: str = "app.db") -> Path:

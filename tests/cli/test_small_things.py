@@ -13,7 +13,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from cli_support import MEASURED, TIMEOUT, make_db
+from cli_support import MEASURED, TIMEOUT, make_db, read_terminal
 
 from stores import AppendOp, NewEvent, open_store, prepare_events
 
@@ -62,16 +62,7 @@ def test_the_backup_progress_line_counts_the_dump(tmp_path: Path) -> None:
         env=env,
     ) as proc:
         os.close(slave)
-        chunks = []
-        while True:
-            try:
-                chunk = os.read(master, 65536)
-            except OSError:  # EIO: the child closed the terminal
-                break
-            if not chunk:
-                break
-            chunks.append(chunk)
-        os.close(master)
+        chunks = [read_terminal(master)]
         assert proc.wait(timeout=TIMEOUT) == 0
     shown = ANSI.sub("", b"".join(chunks).decode(errors="replace"))
     restore = [part for part in re.split(r"[\r\n]", shown) if part.startswith("restore")]

@@ -14,7 +14,7 @@ import sys
 import termios
 from pathlib import Path
 
-from cli_support import TIMEOUT
+from cli_support import TIMEOUT, read_terminal
 
 from runtime import NewEvent
 from stores import open_store
@@ -44,16 +44,7 @@ def on_terminal(args: list[str], cwd: Path, columns: int = 80) -> tuple[int, str
         env=env,
     ) as proc:
         os.close(slave)
-        chunks = []
-        while True:
-            try:
-                chunk = os.read(master, 65536)
-            except OSError:  # EIO: the child closed the terminal
-                break
-            if not chunk:
-                break
-            chunks.append(chunk)
-        os.close(master)
+        chunks = [read_terminal(master)]
         assert proc.wait(timeout=TIMEOUT) in (0, 1), proc.stderr
     return proc.returncode, ANSI.sub("", b"".join(chunks).decode()).replace("\r\n", "\n")
 
