@@ -33,6 +33,7 @@ from collections import deque
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
+import attrs
 import trio
 from trio_util import AsyncValue
 
@@ -58,12 +59,12 @@ from stores import (
 )
 from stores._records import decode_json
 
-from ._pending import GroupWrite, PendingWrite, WriteKind
+from ._pending import PendingWrite, WriteKind
 
 if TYPE_CHECKING:
     from ._writer import GroupCommitWriter
 
-__all__ = ["ActorState", "SessionActor"]
+__all__ = ["ActorState", "GroupWrite", "SessionActor"]
 
 _BACKOFF_MIN = 0.05
 _BACKOFF_MAX = 2.0
@@ -123,9 +124,9 @@ class SessionActor:
         self._backoff = 0.0
         #: The number of the writer's batch that last committed writes of this actor.
         self.last_batch = 0
-        #: Tasks parked in :meth:`_park`, woken by :meth:`_notify` when a commit attempt
-        #: covering this actor finished or it died: a batch wakes only its own waiters.
-        self._parked: list[trio.lowlevel.Task] = []
+        #: Tasks parked in :meth:`_park`, woken by :meth:`wake_waiters` when a commit
+        #: attempt covering this actor finished or it died: a batch wakes only its own.
+        self._parked = trio.lowlevel.ParkingLot()
         #: Accepted writes this actor dropped, not yet taken by whoever reports them.
         self._dropped: list[tuple[list[PendingWrite], TidelogError]] = []
 
@@ -244,9 +245,9 @@ class SessionActor:
         """Accept an awaited append and return the new head once it is committed; an
         empty batch returns the last accepted seq.
 
-        Cancellation: all or nothing, decided the moment the cancel arrives: a write no
-        batch has taken is withdrawn then and there (so a cancel already pending at the
-        call always withdraws it); a taken one is waited for, shielded, until its commit
+        Cancellation: all or nothing, decided the moment the cancel arrives: a cancel
+        already pending at the call accepts nothing; a write no batch has taken is
+        withdrawn then and there; a taken one is waited for, shielded, until its commit
         attempt ended, then ``Cancelled`` propagates -- committed, or (attempt failed)
         still accepted and queued: :attr:`accepted_head` says which.
 
@@ -258,58 +259,9 @@ class SessionActor:
         if not events:
             await trio.lowlevel.checkpoint()
             return self.accepted_head
-        # _accept("append", events), inline: every awaited append comes here.
-        prev = self.accepted_head
-        write = PendingWrite("append", prev, prev + 1, prev + len(events), tuple(events))
-        self.accepted_head = write.last
-        self._pending.append(write)
-        writer = self.writer
-        if writer.try_lead():
-            # A non-blocking store and an idle writer: this task makes the batch itself.
-            writer.submit(self, urgent=True)  # marks it dirty only: this task leads
-            write.watchers += 1
-            try:
-                await writer.lead()
-            except trio.Cancelled:
-                if not self.withdraw(write):  # a flush's batch took it meanwhile
-                    with trio.CancelScope(shield=True), contextlib.suppress(TidelogError):
-                        await self.wait_write(write, 0, withdraw=False, one_attempt=True)
-                raise
-            finally:
-                write.watchers -= 1
-            if write.done:
-                return write.last
-            await self.wait_write(write, 0)
-            return write.last
-        writer.submit(self, urgent=True)
-        if writer.running:
-            # The usual case, without the general wait loop: park once; the batch that
-            # commits the write wakes this task (only a failure leaves it not done).
-            task = trio.lowlevel.current_task()
-            parked = self._parked
-            parked.append(task)
-            taken_when_cancelled = False
-            write.watchers += 1
-
-            def abort(_: object) -> trio.lowlevel.Abort:
-                nonlocal taken_when_cancelled
-                if self.withdraw(write):  # no batch took it: it never happened
-                    parked.remove(task)  # still parked: _notify() would have swapped it
-                    return trio.lowlevel.Abort.SUCCEEDED
-                taken_when_cancelled = True  # stay parked until its attempt ends
-                return trio.lowlevel.Abort.FAILED
-
-            try:
-                await trio.lowlevel.wait_task_rescheduled(abort)
-            finally:
-                write.watchers -= 1
-            if taken_when_cancelled:
-                with trio.CancelScope(shield=True), contextlib.suppress(TidelogError):
-                    await self.wait_write(write, 0, withdraw=False, one_attempt=True)
-                await trio.lowlevel.checkpoint()  # raises the Cancelled the abort deferred
-            if write.done:
-                return write.last
-        await self.wait_write(write, 0)
+        await trio.lowlevel.checkpoint_if_cancelled()
+        write = self._accept("append", tuple(events))
+        await self._submit_and_wait(write)
         return write.last
 
     async def truncate(self, to_seq: int) -> int:
@@ -324,8 +276,7 @@ class SessionActor:
             await self.wait_committed()
             return 0
         write = self._accept("truncate", to_seq=to_seq)
-        self.writer.submit(self, urgent=True)
-        await self.wait_write(write, 0)
+        await self._submit_and_wait(write)
         return write.result or 0
 
     async def replace(
@@ -346,8 +297,7 @@ class SessionActor:
             )
         await trio.lowlevel.checkpoint_if_cancelled()
         write = self._accept("replace", tuple(events), to_seq=from_seq)
-        self.writer.submit(self, urgent=True)
-        await self.wait_write(write, 0)
+        await self._submit_and_wait(write)
         return write.last
 
     async def delete(self) -> bool:
@@ -356,9 +306,8 @@ class SessionActor:
         dies with it: later writes raise :class:`~stores.SessionNotFoundError`."""
         self.check_writable()
         write = self._accept("delete")
-        self.writer.submit(self, urgent=True)
         with trio.CancelScope(shield=True):
-            await self.wait_write(write, 0, withdraw=False)
+            await self._submit_and_wait(write, withdraw=False)
         return bool(write.result)
 
     def withdraw(self, write: PendingWrite) -> bool:
@@ -375,6 +324,11 @@ class SessionActor:
 
     # -- waiting -------------------------------------------------------------------------
 
+    async def _submit_and_wait(self, write: PendingWrite, *, withdraw: bool = True) -> None:
+        """The one path of every awaited write once accepted: submit it to the writer,
+        which says whether this task makes the batch itself, then wait for it."""
+        await self.wait_write(write, 0, withdraw=withdraw, lead=self.writer.submit_awaited(self))
+
     async def wait_write(
         self,
         write: PendingWrite,
@@ -382,8 +336,10 @@ class SessionActor:
         *,
         withdraw: bool = True,
         one_attempt: bool = False,
+        lead: bool = False,
     ) -> None:
-        """Wait until ``write`` is committed.
+        """Wait until ``write`` is committed (``lead``: this task makes the next batch
+        first, see :meth:`~actors.GroupCommitWriter.submit_awaited`).
 
         Raises :class:`~stores.CommitPendingError` if a commit attempt covering it fails
         after ``failures_before`` had (it stays queued), :class:`~stores.UnwrittenError`
@@ -397,6 +353,8 @@ class SessionActor:
         """
         write.watchers += 1
         try:
+            if lead:
+                await self.writer.lead()
             while not write.done:
                 if write.dropped is not None:
                     write.reported = True
@@ -434,44 +392,31 @@ class SessionActor:
             return
         last = self._pending[-1]
         first = self._pending[0]
-        self.writer.submit(self, urgent=True)
+        lead = self.writer.submit_awaited(self)
         try:
-            await self.wait_write(last, last.failed_attempts, withdraw=False)
+            await self.wait_write(last, last.failed_attempts, withdraw=False, lead=lead)
         except CommitPendingError as exc:
             raise CommitPendingError(
                 self.session_id, first.first, last.head_after, "writes"
             ) from exc.__cause__
 
-    async def _park(self, write: PendingWrite | None = None) -> None:
+    async def _park(self, write: PendingWrite) -> None:
         """Wait until a commit attempt covering this actor's writes finished (successfully
         or not), or it died, or the writer stopped. Cancellable.
 
         If the writer has stopped, ``write`` (accepted, waiting) will never be committed:
-        raises :class:`~stores.UnwrittenError` for it (caused by the writer's stop), or
-        the stop itself without a ``write``."""
+        raises :class:`~stores.UnwrittenError` for it (caused by the writer's stop)."""
         if not self.writer.running:
-            stopped = self.writer.stopped_error()
-            if write is None:
-                raise stopped
             write.reported = True
+            stopped = self.writer.stopped_error()
             raise self._unwritten(write.first, write.last, write.events, stopped)
-        task = trio.lowlevel.current_task()
-        parked = self._parked
-        parked.append(task)
-
-        def abort(_: object) -> trio.lowlevel.Abort:
-            parked.remove(task)  # still parked: _notify() would have swapped the list
-            return trio.lowlevel.Abort.SUCCEEDED
-
-        await trio.lowlevel.wait_task_rescheduled(abort)
+        await self._parked.park()
 
     def wake_waiters(self) -> None:
-        """Wake every task parked on this actor (the writer stopped: they re-check)."""
-        parked = self._parked
-        if parked:
-            self._parked = []
-            for task in parked:
-                trio.lowlevel.reschedule(task)
+        """Wake every task parked on this actor: a commit attempt covering it ended, it
+        died, or the writer stopped (they re-check their write)."""
+        if self._parked:
+            self._parked.unpark_all()
 
     # -- the writer's side ---------------------------------------------------------------
 
@@ -579,7 +524,7 @@ class SessionActor:
         if self._backoff:
             self._backoff = 0.0
             self.retry_at = 0.0
-        self._notify()
+        self.wake_waiters()
         return True
 
     def commit_failed(self, error: TidelogError, now: float) -> None:
@@ -592,20 +537,12 @@ class SessionActor:
         self._backoff = min(_BACKOFF_MAX, max(_BACKOFF_MIN, self._backoff * 2))
         self.retry_at = now + self._backoff
         self.writer.submit(self, urgent=False)
-        self._notify()
+        self.wake_waiters()
 
     @property
     def backoff(self) -> float:
         """Seconds the next retry waits (0 when the last attempt succeeded)."""
         return self._backoff
-
-    def _notify(self) -> None:
-        """Wake every task parked in :meth:`_park`."""
-        parked = self._parked
-        if parked:
-            self._parked = []
-            for task in parked:
-                trio.lowlevel.reschedule(task)
 
     def drop_pending(self, cause: TidelogError) -> None:
         """Give up every queued write: each is marked dropped (its waiters get an
@@ -618,7 +555,7 @@ class SessionActor:
         self.accepted_head = self.committed_head
         for write in dropped:
             write.dropped = self._unwritten(write.first, write.last, write.events, cause)
-        self._notify()
+        self.wake_waiters()
         if dropped:
             self._dropped.append((dropped, cause))
 
@@ -663,3 +600,54 @@ class SessionActor:
             self._fatal = error
         self.drop_pending(error)
         self.writer.notify_progress()
+
+
+@attrs.define(eq=False)
+class GroupWrite:
+    """Writes to several sessions that commit together or not at all (one GroupOp).
+
+    Each member actor holds its part as a ``"group"`` :class:`~actors.PendingWrite`; the
+    writer takes the group when it is at the front of every member's queue."""
+
+    members: list[tuple[SessionActor, PendingWrite]] = attrs.Factory(list)
+
+    @classmethod
+    def enqueue(
+        cls, parts: Sequence[tuple[SessionActor, Sequence[PreparedEvent], int | None]]
+    ) -> GroupWrite:
+        """Accept appends to several sessions as one unit (``(actor, events,
+        expected_head)`` each; all actors distinct). All or nothing: if any part is
+        refused, nothing is accepted.
+
+        Raises: :class:`~stores.InvalidArgumentError` (a session named twice, no parts),
+        :class:`~stores.ConflictError`, and the refusals of :meth:`SessionActor.append_nowait`.
+        """
+        if not parts:
+            raise InvalidArgumentError("an atomic append needs at least one session")
+        if len({id(actor) for actor, _, _ in parts}) != len(parts):
+            raise InvalidArgumentError("an atomic append names one session twice")
+        for actor, _, expected_head in parts:
+            actor.check_writable()
+            if expected_head is not None and expected_head != actor.accepted_head:
+                raise ConflictError(actor.session_id, expected_head, actor.accepted_head)
+        group = cls()
+        for actor, events, _ in parts:
+            write = actor._accept("group", tuple(events), group=group)
+            group.members.append((actor, write))
+        for actor, _, _ in parts:
+            actor.writer.submit(actor, urgent=True)
+        return group
+
+    def ready(self, now: float) -> bool:
+        """True when the group is at the front of every member's queue, none in flight."""
+        return all(actor.ready(now) and actor.front is write for actor, write in self.members)
+
+    async def wait(self) -> list[int]:
+        """Wait for the group's commit; return each member's new head. Shield it: a
+        group cannot be withdrawn once accepted.
+
+        Raises :class:`~stores.CommitPendingError` (the group stays queued) or
+        :class:`~stores.UnwrittenError` for the first member that reports it."""
+        for actor, write in self.members:
+            await actor.wait_write(write, 0, withdraw=False)
+        return [write.last for _, write in self.members]
