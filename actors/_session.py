@@ -127,6 +127,7 @@ class SessionActor:
         #: Tasks parked in :meth:`_park`, woken by :meth:`wake_waiters` when a commit
         #: attempt covering this actor finished or it died: a batch wakes only its own.
         self._parked = trio.lowlevel.ParkingLot()
+        self._parked_count = 0  # cheaper to test than the lot, every commit
         #: Accepted writes this actor dropped, not yet taken by whoever reports them.
         self._dropped: list[tuple[list[PendingWrite], TidelogError]] = []
 
@@ -195,15 +196,17 @@ class SessionActor:
         """Queue a write behind every earlier one and assign its seqs (checked by the
         caller)."""
         prev = self.accepted_head
-        if kind == "truncate":
-            write = PendingWrite(kind, prev, to_seq=to_seq)
-        elif kind == "delete":
-            write = PendingWrite(kind, prev)
-        elif kind == "replace":
-            write = PendingWrite(kind, prev, to_seq + 1, to_seq + len(events), events, to_seq)
-        else:
+        if kind == "append" or kind == "group":  # the usual case first
             write = PendingWrite(kind, prev, prev + 1, prev + len(events), events, group=group)
-        self.accepted_head = write.head_after
+            self.accepted_head = write.last
+        else:
+            if kind == "truncate":
+                write = PendingWrite(kind, prev, to_seq=to_seq)
+            elif kind == "delete":
+                write = PendingWrite(kind, prev)
+            else:
+                write = PendingWrite(kind, prev, to_seq + 1, to_seq + len(events), events, to_seq)
+            self.accepted_head = write.head_after
         self._pending.append(write)
         return write
 
@@ -245,11 +248,11 @@ class SessionActor:
         """Accept an awaited append and return the new head once it is committed; an
         empty batch returns the last accepted seq.
 
-        Cancellation: all or nothing, decided the moment the cancel arrives: a cancel
-        already pending at the call accepts nothing; a write no batch has taken is
-        withdrawn then and there; a taken one is waited for, shielded, until its commit
-        attempt ended, then ``Cancelled`` propagates -- committed, or (attempt failed)
-        still accepted and queued: :attr:`accepted_head` says which.
+        Cancellation: all or nothing, decided the moment the cancel arrives: a write no
+        batch has taken is withdrawn then and there (a cancel already pending at the
+        call accepts nothing, on every path); a taken one is waited for, shielded,
+        until its commit attempt ended, then ``Cancelled`` propagates -- committed, or
+        (attempt failed) still accepted and queued: :attr:`accepted_head` says which.
 
         Raises: the refusals of :meth:`append_nowait`; then as :meth:`wait_write`.
         """
@@ -259,9 +262,9 @@ class SessionActor:
         if not events:
             await trio.lowlevel.checkpoint()
             return self.accepted_head
-        await trio.lowlevel.checkpoint_if_cancelled()
+        await trio.lowlevel.checkpoint_if_cancelled()  # pending: nothing is accepted
         write = self._accept("append", tuple(events))
-        await self._submit_and_wait(write)
+        await self.wait_write(write, 0, submit=True)
         return write.last
 
     async def truncate(self, to_seq: int) -> int:
@@ -276,7 +279,7 @@ class SessionActor:
             await self.wait_committed()
             return 0
         write = self._accept("truncate", to_seq=to_seq)
-        await self._submit_and_wait(write)
+        await self.wait_write(write, 0, submit=True)
         return write.result or 0
 
     async def replace(
@@ -297,7 +300,7 @@ class SessionActor:
             )
         await trio.lowlevel.checkpoint_if_cancelled()
         write = self._accept("replace", tuple(events), to_seq=from_seq)
-        await self._submit_and_wait(write)
+        await self.wait_write(write, 0, submit=True)
         return write.last
 
     async def delete(self) -> bool:
@@ -307,7 +310,7 @@ class SessionActor:
         self.check_writable()
         write = self._accept("delete")
         with trio.CancelScope(shield=True):
-            await self._submit_and_wait(write, withdraw=False)
+            await self.wait_write(write, 0, withdraw=False, submit=True)
         return bool(write.result)
 
     def withdraw(self, write: PendingWrite) -> bool:
@@ -324,11 +327,6 @@ class SessionActor:
 
     # -- waiting -------------------------------------------------------------------------
 
-    async def _submit_and_wait(self, write: PendingWrite, *, withdraw: bool = True) -> None:
-        """The one path of every awaited write once accepted: submit it to the writer,
-        which says whether this task makes the batch itself, then wait for it."""
-        await self.wait_write(write, 0, withdraw=withdraw, lead=self.writer.submit_awaited(self))
-
     async def wait_write(
         self,
         write: PendingWrite,
@@ -336,10 +334,12 @@ class SessionActor:
         *,
         withdraw: bool = True,
         one_attempt: bool = False,
-        lead: bool = False,
+        submit: bool = False,
     ) -> None:
-        """Wait until ``write`` is committed (``lead``: this task makes the next batch
-        first, see :meth:`~actors.GroupCommitWriter.submit_awaited`).
+        """Wait until ``write`` is committed. ``submit``: submit it first, for the next
+        batch at once -- the one path of every awaited write is accept, then this; the
+        writer decides whether this task makes that batch itself
+        (:meth:`~actors.GroupCommitWriter.submit_awaited`).
 
         Raises :class:`~stores.CommitPendingError` if a commit attempt covering it fails
         after ``failures_before`` had (it stays queued), :class:`~stores.UnwrittenError`
@@ -353,7 +353,7 @@ class SessionActor:
         """
         write.watchers += 1
         try:
-            if lead:
+            if submit and self.writer.submit_awaited(self):
                 await self.writer.lead()
             while not write.done:
                 if write.dropped is not None:
@@ -390,11 +390,11 @@ class SessionActor:
         if not self._pending:
             await trio.lowlevel.checkpoint()
             return
+        await trio.lowlevel.checkpoint_if_cancelled()
         last = self._pending[-1]
         first = self._pending[0]
-        lead = self.writer.submit_awaited(self)
         try:
-            await self.wait_write(last, last.failed_attempts, withdraw=False, lead=lead)
+            await self.wait_write(last, last.failed_attempts, withdraw=False, submit=True)
         except CommitPendingError as exc:
             raise CommitPendingError(
                 self.session_id, first.first, last.head_after, "writes"
@@ -410,12 +410,16 @@ class SessionActor:
             write.reported = True
             stopped = self.writer.stopped_error()
             raise self._unwritten(write.first, write.last, write.events, stopped)
-        await self._parked.park()
+        self._parked_count += 1
+        try:
+            await self._parked.park()
+        finally:
+            self._parked_count -= 1
 
     def wake_waiters(self) -> None:
         """Wake every task parked on this actor: a commit attempt covering it ended, it
         died, or the writer stopped (they re-check their write)."""
-        if self._parked:
+        if self._parked_count:
             self._parked.unpark_all()
 
     # -- the writer's side ---------------------------------------------------------------

@@ -156,8 +156,10 @@ class GroupCommitWriter:
         once, so the writes of the other tasks of this scheduler round join the batch,
         then make the batch here, unless the writer task is making one (then it takes
         them). Writes left queued afterwards go to the writer task. A checkpoint: a
-        cancel at the yield leaves every queued write to the writer task and raises;
-        the batch itself is not cancelled (as one in the writer task)."""
+        cancel at the yield leaves every queued write to the writer task and raises
+        (the caller checked for a cancel pending before it queued its write, so that
+        one accepts nothing); the batch itself is not cancelled (as one in the writer
+        task)."""
         try:
             await trio.lowlevel.checkpoint()
         except BaseException:
@@ -283,18 +285,12 @@ class GroupCommitWriter:
             for actor in list(self._watched):
                 actor.wake_waiters()
 
-    def _take(self) -> tuple[list[SessionActor | list[SessionActor]], list[WriteOp], int]:
-        """Take one op per ready actor for the next batch: the targets (an actor, or a
-        group's members), their ops and how many events they write."""
+    def _take(self) -> tuple[list[tuple[SessionActor, ...]], list[WriteOp], int]:
+        """Take one op per ready actor for the next batch: each op's actors (one, or a
+        group's members), the ops and how many events they write."""
         dirty = self._dirty
-        if len(dirty) == 1:  # the usual case on a quiet store: one actor's plain appends
-            [actor] = dirty
-            appends = actor.take_appends()
-            if appends is not None:
-                del dirty[actor]
-                return [actor], [appends], len(appends.events)
         now: float | None = None  # read only if an actor backs off or a group waits
-        targets: list[SessionActor | list[SessionActor]] = []  # a list: a group's members
+        targets: list[tuple[SessionActor, ...]] = []
         ops: list[WriteOp] = []
         events = 0
         for actor in list(dirty):
@@ -320,7 +316,7 @@ class GroupCommitWriter:
                     now = trio.current_time()
                 if not unit.ready(now):
                     continue  # a member still has earlier writes to commit
-                members = [member for member, _ in unit.members]
+                members = tuple(member for member, _ in unit.members)
                 parts = [member.take_op() for member in members]
                 group = GroupOp(tuple(p for p in parts if isinstance(p, AppendOp)))
                 ops.append(group)
@@ -332,7 +328,7 @@ class GroupCommitWriter:
             op = actor.take_op()
             if op is not None:
                 del dirty[actor]
-                targets.append(actor)
+                targets.append((actor,))
                 ops.append(op)
                 events += len(op.events) if type(op) is AppendOp else _event_count(op)
         return targets, ops, events
@@ -342,7 +338,18 @@ class GroupCommitWriter:
         the one batch routine, of the writer task and of a leading caller alike."""
         self._busy = True
         try:
-            targets, ops, events = self._take()
+            dirty = self._dirty
+            appends = None
+            targets: list[tuple[SessionActor, ...]]
+            ops: list[WriteOp]
+            if len(dirty) == 1:  # the usual case on a quiet store: one actor's appends
+                [actor] = dirty
+                appends = actor.take_appends()
+            if appends is not None:
+                del dirty[actor]
+                targets, ops, events = [(actor,)], [appends], len(appends.events)
+            else:
+                targets, ops, events = self._take()
             sync = self._sync_requested
             if not ops and not sync:
                 return
@@ -361,29 +368,30 @@ class GroupCommitWriter:
             except TidelogError as exc:
                 self._failed += 1
                 now = trio.current_time()
-                for target in targets:
-                    for actor in target if isinstance(target, list) else (target,):
+                for members in targets:
+                    for actor in members:
                         actor.commit_failed(exc, now)
                 if sync:
                     self.sync_failed = (number, exc)
                 return
+            if len(results) != len(ops):
+                raise RuntimeError(f"the store returned {len(results)} results for {len(ops)} ops")
             changed: set[str] = set()
-            count = len(targets)
-            if len(results) != count:
-                raise RuntimeError(f"the store returned {len(results)} results for {count} ops")
-            for index in range(count):
-                if index and not index % DELIVERY_SLICE:
+            delivered = 0
+            for members, result in zip(targets, results, strict=False):
+                if delivered == DELIVERY_SLICE:
                     # Let the waiters woken so far run before waking more: a big batch
                     # never holds the event loop for all of its waiters' work at once.
                     await trio.lowlevel.cancel_shielded_checkpoint()
-                target, result = targets[index], results[index]
-                for actor in (target,) if isinstance(target, SessionActor) else target:
+                    delivered = 0
+                delivered += 1
+                for actor in members:
                     actor.last_batch = number
                     if actor.commit_done(result):
                         changed.add(actor.session_id)
                     if actor.pending:
                         self.submit(actor, urgent=True)
-            if count > DELIVERY_SLICE:
+            if len(ops) > DELIVERY_SLICE:
                 # ...and once more, so that the last slice has queued its next writes
                 # before the next batch is taken (run() yields again before taking it).
                 await trio.lowlevel.cancel_shielded_checkpoint()
