@@ -31,7 +31,7 @@ import contextlib
 import enum
 from collections import deque
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Literal, overload
 
 import attrs
 import trio
@@ -354,7 +354,7 @@ class SessionActor:
         write.watchers += 1
         try:
             if submit and self.writer.submit_awaited(self):
-                await self.writer.lead()
+                await self.writer.commit_batch(lead=True)
             while not write.done:
                 if write.dropped is not None:
                     write.reported = True
@@ -431,18 +431,14 @@ class SessionActor:
     def in_flight(self) -> bool:
         return self._in_flight > 0
 
-    def take_appends(self) -> AppendOp | None:
-        """:meth:`take_op` if the front of the queue is a plain append ready to go (not
-        in flight, not backing off), else None and nothing taken."""
-        pending = self._pending
-        if not pending or self._in_flight or self.retry_at or pending[0].kind != "append":
-            return None
-        op = self.take_op()
-        assert type(op) is AppendOp
-        return op
-
-    def take_op(self) -> WriteOp | None:
-        """Build this actor's op for the next batch from the front of its queue."""
+    @overload
+    def take_op(self, *, appends_only: Literal[True]) -> AppendOp | None: ...
+    @overload
+    def take_op(self, *, appends_only: bool = False) -> WriteOp | None: ...
+    def take_op(self, *, appends_only: bool = False) -> WriteOp | None:
+        """Build this actor's op for the next batch from the front of its queue.
+        ``appends_only``: only if the front is a plain append and the actor is not
+        backing off (else None and nothing taken)."""
         pending = self._pending
         if not pending or self._in_flight:
             return None
@@ -450,6 +446,8 @@ class SessionActor:
         retry = front.failed_attempts > 0
         kind = front.kind
         if kind != "append":
+            if appends_only:
+                return None
             self._in_flight = 1
             if kind == "truncate":
                 return TruncateOp(self.session_id, front.to_seq, owner=self.owner)
@@ -472,6 +470,8 @@ class SessionActor:
                 header_json=self.header_json,
                 retry=retry,
             )
+        if appends_only and self.retry_at:
+            return None
         if len(pending) == 1:  # the usual case: one awaited append
             events: tuple[PreparedEvent, ...] = front.events
             count = 1
@@ -497,7 +497,8 @@ class SessionActor:
         )
 
     def commit_done(self, result: BatchResult) -> bool:
-        """Apply one op's result. Returns True if the session's committed data changed."""
+        """Apply one op's result (writes still queued are submitted for the next batch).
+        Returns True if the session's committed data changed."""
         count = self._in_flight
         self._in_flight = 0
         if isinstance(result, TidelogError):
@@ -528,6 +529,8 @@ class SessionActor:
         if self._backoff:
             self._backoff = 0.0
             self.retry_at = 0.0
+        if pending:
+            self.writer.submit(self, urgent=True)
         self.wake_waiters()
         return True
 

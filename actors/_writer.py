@@ -134,10 +134,10 @@ class GroupCommitWriter:
     def submit_awaited(self, actor: SessionActor) -> bool:
         """Mark ``actor`` as having queued a write that the calling task will wait for
         (urgent). The one place that decides who makes its batch: True if the calling
-        task makes it itself (then it must call :meth:`lead` once, next) -- the store is
-        non-blocking, and the writer is running and idle (nothing queued, no batch being
-        made, no caller leading, no flush asked for, its task not woken); False if the
-        writer task does."""
+        task makes it itself (then it must call ``commit_batch(lead=True)`` once,
+        next) -- the store is non-blocking, and the writer is running and idle (nothing
+        queued, no batch being made, no caller leading, no flush asked for, its task
+        not woken); False if the writer task does."""
         if (
             self._inline
             and self.running
@@ -150,30 +150,6 @@ class GroupCommitWriter:
             return True
         self.submit(actor, urgent=True)
         return False
-
-    async def lead(self) -> None:
-        """The leading caller's part (after :meth:`submit_awaited`; its write is queued): yield
-        once, so the writes of the other tasks of this scheduler round join the batch,
-        then make the batch here, unless the writer task is making one (then it takes
-        them). Writes left queued afterwards go to the writer task. A checkpoint: a
-        cancel at the yield leaves every queued write to the writer task and raises
-        (the caller checked for a cancel pending before it queued its write, so that
-        one accepts nothing); the batch itself is not cancelled (as one in the writer
-        task)."""
-        try:
-            await trio.lowlevel.checkpoint()
-        except BaseException:
-            self._lead_done()
-            raise
-        self._leading = False
-        if self.running and not self._busy:
-            try:
-                await self._commit_once()
-            except Exception as exc:  # a bug in the store: the writer dies of it
-                self._crash = exc
-                self._wake.set()
-                self._urgent.set()
-        self._lead_done()
 
     def _lead_done(self) -> None:
         """Leading ended: hand what is still queued over to the writer task."""
@@ -278,7 +254,7 @@ class GroupCommitWriter:
                     raise self._crash
                 self._wake = trio.Event()
                 self._urgent = trio.Event()
-                await self._commit_once()
+                await self.commit_batch()
         finally:
             self.running = False
             self.notify_progress()
@@ -333,9 +309,30 @@ class GroupCommitWriter:
                 events += len(op.events) if type(op) is AppendOp else _event_count(op)
         return targets, ops, events
 
-    async def _commit_once(self) -> None:
+    async def commit_batch(self, *, lead: bool = False) -> None:
         """Take one op per ready actor, commit them in one batch, deliver the results:
-        the one batch routine, of the writer task and of a leading caller alike."""
+        the one batch routine, of the writer task and of a leading caller alike.
+
+        ``lead``: the leading caller's call, after :meth:`submit_awaited` said so (its
+        write is queued). It yields once first, so that the writes of the other tasks
+        of this scheduler round join the batch, then makes the batch here, unless the
+        writer task is making one (then it takes them); writes left queued afterwards
+        go to the writer task. A cancel at the yield leaves every queued write to the
+        writer task and raises (the caller checked for a cancel pending before it
+        queued its write, so that one accepts nothing); the batch itself is not
+        cancelled (as one in the writer task). What the store raises that is no
+        :class:`~stores.TidelogError` (a bug in it) kills the writer task, as if it
+        had made the call."""
+        if lead:
+            try:
+                await trio.lowlevel.checkpoint()
+            except BaseException:
+                self._lead_done()
+                raise
+            self._leading = False
+            if not self.running or self._busy:
+                self._lead_done()
+                return
         self._busy = True
         try:
             dirty = self._dirty
@@ -344,7 +341,7 @@ class GroupCommitWriter:
             ops: list[WriteOp]
             if len(dirty) == 1:  # the usual case on a quiet store: one actor's appends
                 [actor] = dirty
-                appends = actor.take_appends()
+                appends = actor.take_op(appends_only=True)
             if appends is not None:
                 del dirty[actor]
                 targets, ops, events = [(actor,)], [appends], len(appends.events)
@@ -374,24 +371,21 @@ class GroupCommitWriter:
                 if sync:
                     self.sync_failed = (number, exc)
                 return
-            if len(results) != len(ops):
-                raise RuntimeError(f"the store returned {len(results)} results for {len(ops)} ops")
+            count = len(ops)
+            if len(results) != count:
+                raise RuntimeError(f"the store returned {len(results)} results for {count} ops")
             changed: set[str] = set()
-            delivered = 0
-            for members, result in zip(targets, results, strict=False):
-                if delivered == DELIVERY_SLICE:
+            sliced = count > DELIVERY_SLICE
+            for index, (members, result) in enumerate(zip(targets, results, strict=False)):
+                if sliced and index and not index % DELIVERY_SLICE:
                     # Let the waiters woken so far run before waking more: a big batch
                     # never holds the event loop for all of its waiters' work at once.
                     await trio.lowlevel.cancel_shielded_checkpoint()
-                    delivered = 0
-                delivered += 1
                 for actor in members:
                     actor.last_batch = number
-                    if actor.commit_done(result):
+                    if actor.commit_done(result):  # resubmits what is still queued
                         changed.add(actor.session_id)
-                    if actor.pending:
-                        self.submit(actor, urgent=True)
-            if len(ops) > DELIVERY_SLICE:
+            if sliced:
                 # ...and once more, so that the last slice has queued its next writes
                 # before the next batch is taken (run() yields again before taking it).
                 await trio.lowlevel.cancel_shielded_checkpoint()
@@ -406,6 +400,14 @@ class GroupCommitWriter:
                 self._unsynced = True
             if changed:
                 self._on_commit(changed)
+        except Exception as exc:
+            if not lead:
+                raise
+            self._crash = exc  # the writer task raises it
+            self._wake.set()
+            self._urgent.set()
         finally:
             self._busy = False
             self.notify_progress()
+            if lead:
+                self._lead_done()
