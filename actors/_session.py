@@ -531,7 +531,8 @@ class SessionActor:
             self.retry_at = 0.0
         if pending:
             self.writer.submit(self, urgent=True)
-        self.wake_waiters()
+        if self._parked_count:
+            self.wake_waiters()
         return True
 
     def commit_failed(self, error: TidelogError, now: float) -> None:

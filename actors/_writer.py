@@ -376,11 +376,15 @@ class GroupCommitWriter:
                 raise RuntimeError(f"the store returned {len(results)} results for {count} ops")
             changed: set[str] = set()
             sliced = count > DELIVERY_SLICE
-            for index, (members, result) in enumerate(zip(targets, results, strict=False)):
-                if sliced and index and not index % DELIVERY_SLICE:
-                    # Let the waiters woken so far run before waking more: a big batch
-                    # never holds the event loop for all of its waiters' work at once.
-                    await trio.lowlevel.cancel_shielded_checkpoint()
+            delivered = 0
+            for members, result in zip(targets, results, strict=False):
+                if sliced:
+                    if delivered == DELIVERY_SLICE:
+                        # Let the waiters woken so far run before waking more: a big batch
+                        # never holds the event loop for all of its waiters' work at once.
+                        await trio.lowlevel.cancel_shielded_checkpoint()
+                        delivered = 0
+                    delivered += 1
                 for actor in members:
                     actor.last_batch = number
                     if actor.commit_done(result):  # resubmits what is still queued
@@ -408,6 +412,7 @@ class GroupCommitWriter:
             self._urgent.set()
         finally:
             self._busy = False
-            self.notify_progress()
-            if lead:
+            if self._progress_waiters:
+                self.notify_progress()
+            if lead and self._dirty:  # (it stopped leading before the batch)
                 self._lead_done()
