@@ -514,10 +514,11 @@ class SessionActor:
         front = last = pending.popleft()
         front.done = True
         front.result = result
-        for _ in range(count - 1):  # appends merged into one op
-            last = pending.popleft()
-            last.done = True
-            last.result = result
+        if count > 1:  # appends merged into one op
+            for _ in range(count - 1):
+                last = pending.popleft()
+                last.done = True
+                last.result = result
         kind = front.kind
         if kind == "append":  # the usual case: head_after, without the property call
             self.committed_head = last.last
