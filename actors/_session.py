@@ -335,6 +335,7 @@ class SessionActor:
         withdraw: bool = True,
         one_attempt: bool = False,
         submit: bool = False,
+        report: bool = True,
     ) -> None:
         """Wait until ``write`` is committed. ``submit``: submit it first, for the next
         batch at once -- the one path of every awaited write is accept, then this; the
@@ -350,6 +351,8 @@ class SessionActor:
         happened); otherwise its current attempt is awaited, shielded, before
         ``Cancelled`` propagates. Without ``withdraw`` cancellation only stops waiting.
         ``one_attempt``: return after the first attempt's end, whatever it was.
+        ``report``: an UnwrittenError raised here counts as reported to the caller (see
+        :meth:`take_dropped`).
         """
         write.watchers += 1
         try:
@@ -357,13 +360,13 @@ class SessionActor:
                 await self.writer.commit_batch(lead=True)
             while not write.done:
                 if write.dropped is not None:
-                    write.reported = True
+                    write.reported = write.reported or report
                     raise write.dropped
                 if write.failed_attempts > failures_before:
                     if one_attempt:
                         return
                     raise self._pending_error(write) from write.error
-                await self._park(write)
+                await self._park(write, report)
         except trio.Cancelled:
             if withdraw and not self.withdraw(write):
                 with trio.CancelScope(shield=True), contextlib.suppress(TidelogError):
@@ -379,10 +382,12 @@ class SessionActor:
             return CommitPendingError(self.session_id, write.first, write.last, write.kind)
         return CommitPendingError(self.session_id, 1, 0, write.kind)
 
-    async def wait_committed(self) -> None:
+    async def wait_committed(self, *, report: bool = True) -> None:
         """Wait until every write accepted before the call is committed; a checkpoint.
         Someone waits for them now, so they no longer wait for the batching window.
-        Cancellation only stops the waiting.
+        Cancellation only stops the waiting. ``report=False``: an UnwrittenError raised
+        here does not count as reported to a caller (the supervisor's own drain, which
+        hands dropped writes to whoever closes the writer).
 
         Raises :class:`~stores.CommitPendingError` (covering everything queued) if an
         attempt fails meanwhile, :class:`~stores.UnwrittenError` if they were dropped,
@@ -394,20 +399,22 @@ class SessionActor:
         last = self._pending[-1]
         first = self._pending[0]
         try:
-            await self.wait_write(last, last.failed_attempts, withdraw=False, submit=True)
+            await self.wait_write(
+                last, last.failed_attempts, withdraw=False, submit=True, report=report
+            )
         except CommitPendingError as exc:
             raise CommitPendingError(
                 self.session_id, first.first, last.head_after, "writes"
             ) from exc.__cause__
 
-    async def _park(self, write: PendingWrite) -> None:
+    async def _park(self, write: PendingWrite, report: bool) -> None:
         """Wait until a commit attempt covering this actor's writes finished (successfully
         or not), or it died, or the writer stopped. Cancellable.
 
         If the writer has stopped, ``write`` (accepted, waiting) will never be committed:
         raises :class:`~stores.UnwrittenError` for it (caused by the writer's stop)."""
         if not self.writer.running:
-            write.reported = True
+            write.reported = write.reported or report
             stopped = self.writer.stopped_error()
             raise self._unwritten(write.first, write.last, write.events, stopped)
         self._parked_count += 1

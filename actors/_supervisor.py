@@ -305,7 +305,7 @@ class Supervisor:
         attempts = 0
         while True:
             try:
-                await actor.wait_committed()
+                await actor.wait_committed(report=False)  # drops go to take_dropped
                 return
             except CommitPendingError:
                 attempts += 1

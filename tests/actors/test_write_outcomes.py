@@ -13,6 +13,7 @@ import trio.testing
 from helpers import RuntimeFactory, num
 
 from runtime import (
+    InvalidArgumentError,
     MemoryStore,
     NewEvent,
     Runtime,
@@ -89,13 +90,21 @@ async def test_a_cancel_pending_at_the_call_leaves_head_unchanged() -> None:
 
 
 class FailingStore(MemoryStore):
-    """A real MemoryStore whose every ``write_batch`` fails (before writing anything)
-    once ``failing`` is set: a disk that broke for good."""
+    """A real MemoryStore whose every ``write_batch`` fails once ``failing`` is set,
+    before writing anything: as a whole (a disk that broke for good: retried, then
+    dropped by the drain) or, with ``refuse``, each op for good (dropped at once, here
+    while the shutdown's drain waits for it)."""
 
     failing = False
 
+    def __init__(self, *, refuse: bool = False) -> None:
+        super().__init__()
+        self.refuse = refuse
+
     def write_batch(self, ops: Sequence[WriteOp], *, sync: bool = False) -> list[BatchResult]:
         if self.failing:
+            if self.refuse:
+                return [InvalidArgumentError("injected: refused for good") for _ in ops]
             raise StoreIOError("injected: the disk keeps failing")
         return super().write_batch(ops, sync=sync)
 
@@ -141,16 +150,19 @@ async def _leave_runtime(
 @pytest.mark.filterwarnings("ignore:Async generator:ResourceWarning")  # trio's, on purpose
 @pytest.mark.parametrize("keep_handle", [True, False], ids=["kept", "collected"])
 @pytest.mark.parametrize("how", ["normal", "raises", "cancelled"])
+@pytest.mark.parametrize("refuse", [False, True], ids=["fails", "refuses"])
 async def test_leaving_the_runtime_reports_writes_of_a_handle_never_exited(
     how: str,
     keep_handle: bool,
+    refuse: bool,
     autojump_clock: trio.testing.MockClock,  # noqa: ARG001
 ) -> None:
     """An ``append_nowait`` event on a writer handle that is never exited, while every
-    commit fails: leaving ``open_runtime`` (normally, by an exception, by a cancel)
-    raises ``UnwrittenError`` naming it -- also when the handle's context manager was
-    garbage collected, whose close nobody would see."""
-    store = FailingStore()
+    commit fails or is refused: leaving ``open_runtime`` (normally, by an exception, by
+    a cancel) raises ``UnwrittenError`` naming it -- also when the handle's context
+    manager was garbage collected, whose close nobody would see, and when the write is
+    dropped while the shutdown's own drain waits for it."""
+    store = FailingStore(refuse=refuse)
     errors, others = await _leave_runtime(store, how, keep_handle=keep_handle)
     assert [(e.session_id, e.first, e.last) for e in errors] == [("s", 2, 3)]
     assert [e.data for e in errors[0].events] == [{"n": 2}, {"n": 3}]
