@@ -4,8 +4,8 @@ runtime API above it or of agents."""
 
 from ._changes import ChangeHub
 from ._lane import StoreLane
-from ._pending import GroupWrite, PendingWrite, WriteKind
-from ._session import ActorState, SessionActor
+from ._pending import PendingWrite, WriteKind
+from ._session import ActorState, GroupWrite, SessionActor
 from ._supervisor import DRAIN_ATTEMPTS, CreateMode, Supervisor
 from ._wal_checkpointer import WalCheckpointer
 from ._writer import GroupCommitWriter, WriterStatistics

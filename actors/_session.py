@@ -31,8 +31,9 @@ import contextlib
 import enum
 from collections import deque
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Literal, overload
 
+import attrs
 import trio
 from trio_util import AsyncValue
 
@@ -58,12 +59,12 @@ from stores import (
     decode_json,
 )
 
-from ._pending import GroupWrite, PendingWrite, WriteKind
+from ._pending import PendingWrite, WriteKind
 
 if TYPE_CHECKING:
     from ._writer import GroupCommitWriter
 
-__all__ = ["ActorState", "SessionActor"]
+__all__ = ["ActorState", "GroupWrite", "SessionActor"]
 
 _BACKOFF_MIN = 0.05
 _BACKOFF_MAX = 2.0
@@ -123,9 +124,10 @@ class SessionActor:
         self._backoff = 0.0
         #: The number of the writer's batch that last committed writes of this actor.
         self.last_batch = 0
-        #: Tasks parked in :meth:`_park`, woken by :meth:`_notify` when a commit attempt
-        #: covering this actor finished or it died: a batch wakes only its own waiters.
-        self._parked: list[trio.lowlevel.Task] = []
+        #: Tasks parked in :meth:`_park`, woken by :meth:`wake_waiters` when a commit
+        #: attempt covering this actor finished or it died: a batch wakes only its own.
+        self._parked = trio.lowlevel.ParkingLot()
+        self._parked_count = 0  # cheaper to test than the lot, every commit
         #: Accepted writes this actor dropped, not yet taken by whoever reports them.
         self._dropped: list[tuple[list[PendingWrite], TidelogError]] = []
 
@@ -194,15 +196,17 @@ class SessionActor:
         """Queue a write behind every earlier one and assign its seqs (checked by the
         caller)."""
         prev = self.accepted_head
-        if kind == "truncate":
-            write = PendingWrite(kind, prev, to_seq=to_seq)
-        elif kind == "delete":
-            write = PendingWrite(kind, prev)
-        elif kind == "replace":
-            write = PendingWrite(kind, prev, to_seq + 1, to_seq + len(events), events, to_seq)
-        else:
+        if kind == "append" or kind == "group":  # the usual case first
             write = PendingWrite(kind, prev, prev + 1, prev + len(events), events, group=group)
-        self.accepted_head = write.head_after
+            self.accepted_head = write.last
+        else:
+            if kind == "truncate":
+                write = PendingWrite(kind, prev, to_seq=to_seq)
+            elif kind == "delete":
+                write = PendingWrite(kind, prev)
+            else:
+                write = PendingWrite(kind, prev, to_seq + 1, to_seq + len(events), events, to_seq)
+            self.accepted_head = write.head_after
         self._pending.append(write)
         return write
 
@@ -245,10 +249,10 @@ class SessionActor:
         empty batch returns the last accepted seq.
 
         Cancellation: all or nothing, decided the moment the cancel arrives: a write no
-        batch has taken is withdrawn then and there (so a cancel already pending at the
-        call always withdraws it); a taken one is waited for, shielded, until its commit
-        attempt ended, then ``Cancelled`` propagates -- committed, or (attempt failed)
-        still accepted and queued: :attr:`accepted_head` says which.
+        batch has taken is withdrawn then and there (a cancel already pending at the
+        call accepts nothing, on every path); a taken one is waited for, shielded,
+        until its commit attempt ended, then ``Cancelled`` propagates -- committed, or
+        (attempt failed) still accepted and queued: :attr:`accepted_head` says which.
 
         Raises: the refusals of :meth:`append_nowait`; then as :meth:`wait_write`.
         """
@@ -258,58 +262,9 @@ class SessionActor:
         if not events:
             await trio.lowlevel.checkpoint()
             return self.accepted_head
-        # _accept("append", events), inline: every awaited append comes here.
-        prev = self.accepted_head
-        write = PendingWrite("append", prev, prev + 1, prev + len(events), tuple(events))
-        self.accepted_head = write.last
-        self._pending.append(write)
-        writer = self.writer
-        if writer.try_lead():
-            # A non-blocking store and an idle writer: this task makes the batch itself.
-            writer.submit(self, urgent=True)  # marks it dirty only: this task leads
-            write.watchers += 1
-            try:
-                await writer.lead()
-            except trio.Cancelled:
-                if not self.withdraw(write):  # a flush's batch took it meanwhile
-                    with trio.CancelScope(shield=True), contextlib.suppress(TidelogError):
-                        await self.wait_write(write, 0, withdraw=False, one_attempt=True)
-                raise
-            finally:
-                write.watchers -= 1
-            if write.done:
-                return write.last
-            await self.wait_write(write, 0)
-            return write.last
-        writer.submit(self, urgent=True)
-        if writer.running:
-            # The usual case, without the general wait loop: park once; the batch that
-            # commits the write wakes this task (only a failure leaves it not done).
-            task = trio.lowlevel.current_task()
-            parked = self._parked
-            parked.append(task)
-            taken_when_cancelled = False
-            write.watchers += 1
-
-            def abort(_: object) -> trio.lowlevel.Abort:
-                nonlocal taken_when_cancelled
-                if self.withdraw(write):  # no batch took it: it never happened
-                    parked.remove(task)  # still parked: _notify() would have swapped it
-                    return trio.lowlevel.Abort.SUCCEEDED
-                taken_when_cancelled = True  # stay parked until its attempt ends
-                return trio.lowlevel.Abort.FAILED
-
-            try:
-                await trio.lowlevel.wait_task_rescheduled(abort)
-            finally:
-                write.watchers -= 1
-            if taken_when_cancelled:
-                with trio.CancelScope(shield=True), contextlib.suppress(TidelogError):
-                    await self.wait_write(write, 0, withdraw=False, one_attempt=True)
-                await trio.lowlevel.checkpoint()  # raises the Cancelled the abort deferred
-            if write.done:
-                return write.last
-        await self.wait_write(write, 0)
+        await trio.lowlevel.checkpoint_if_cancelled()  # pending: nothing is accepted
+        write = self._accept("append", tuple(events))
+        await self.wait_write(write, 0, submit=True)
         return write.last
 
     async def truncate(self, to_seq: int) -> int:
@@ -324,8 +279,7 @@ class SessionActor:
             await self.wait_committed()
             return 0
         write = self._accept("truncate", to_seq=to_seq)
-        self.writer.submit(self, urgent=True)
-        await self.wait_write(write, 0)
+        await self.wait_write(write, 0, submit=True)
         return write.result or 0
 
     async def replace(
@@ -346,8 +300,7 @@ class SessionActor:
             )
         await trio.lowlevel.checkpoint_if_cancelled()
         write = self._accept("replace", tuple(events), to_seq=from_seq)
-        self.writer.submit(self, urgent=True)
-        await self.wait_write(write, 0)
+        await self.wait_write(write, 0, submit=True)
         return write.last
 
     async def delete(self) -> bool:
@@ -356,9 +309,8 @@ class SessionActor:
         dies with it: later writes raise :class:`~stores.SessionNotFoundError`."""
         self.check_writable()
         write = self._accept("delete")
-        self.writer.submit(self, urgent=True)
         with trio.CancelScope(shield=True):
-            await self.wait_write(write, 0, withdraw=False)
+            await self.wait_write(write, 0, withdraw=False, submit=True)
         return bool(write.result)
 
     def withdraw(self, write: PendingWrite) -> bool:
@@ -382,8 +334,13 @@ class SessionActor:
         *,
         withdraw: bool = True,
         one_attempt: bool = False,
+        submit: bool = False,
+        report: bool = True,
     ) -> None:
-        """Wait until ``write`` is committed.
+        """Wait until ``write`` is committed. ``submit``: submit it first, for the next
+        batch at once -- the one path of every awaited write is accept, then this; the
+        writer decides whether this task makes that batch itself
+        (:meth:`~actors.GroupCommitWriter.submit_awaited`).
 
         Raises :class:`~stores.CommitPendingError` if a commit attempt covering it fails
         after ``failures_before`` had (it stays queued), :class:`~stores.UnwrittenError`
@@ -394,18 +351,22 @@ class SessionActor:
         happened); otherwise its current attempt is awaited, shielded, before
         ``Cancelled`` propagates. Without ``withdraw`` cancellation only stops waiting.
         ``one_attempt``: return after the first attempt's end, whatever it was.
+        ``report``: an UnwrittenError raised here counts as reported to the caller (see
+        :meth:`take_dropped`).
         """
         write.watchers += 1
         try:
+            if submit and self.writer.submit_awaited(self):
+                await self.writer.commit_batch(lead=True)
             while not write.done:
                 if write.dropped is not None:
-                    write.reported = True
+                    write.reported = write.reported or report
                     raise write.dropped
                 if write.failed_attempts > failures_before:
                     if one_attempt:
                         return
                     raise self._pending_error(write) from write.error
-                await self._park(write)
+                await self._park(write, report)
         except trio.Cancelled:
             if withdraw and not self.withdraw(write):
                 with trio.CancelScope(shield=True), contextlib.suppress(TidelogError):
@@ -421,10 +382,12 @@ class SessionActor:
             return CommitPendingError(self.session_id, write.first, write.last, write.kind)
         return CommitPendingError(self.session_id, 1, 0, write.kind)
 
-    async def wait_committed(self) -> None:
+    async def wait_committed(self, *, report: bool = True) -> None:
         """Wait until every write accepted before the call is committed; a checkpoint.
         Someone waits for them now, so they no longer wait for the batching window.
-        Cancellation only stops the waiting.
+        Cancellation only stops the waiting. ``report=False``: an UnwrittenError raised
+        here does not count as reported to a caller (the supervisor's own drain, which
+        hands dropped writes to whoever closes the writer).
 
         Raises :class:`~stores.CommitPendingError` (covering everything queued) if an
         attempt fails meanwhile, :class:`~stores.UnwrittenError` if they were dropped,
@@ -432,46 +395,39 @@ class SessionActor:
         if not self._pending:
             await trio.lowlevel.checkpoint()
             return
+        await trio.lowlevel.checkpoint_if_cancelled()
         last = self._pending[-1]
         first = self._pending[0]
-        self.writer.submit(self, urgent=True)
         try:
-            await self.wait_write(last, last.failed_attempts, withdraw=False)
+            await self.wait_write(
+                last, last.failed_attempts, withdraw=False, submit=True, report=report
+            )
         except CommitPendingError as exc:
             raise CommitPendingError(
                 self.session_id, first.first, last.head_after, "writes"
             ) from exc.__cause__
 
-    async def _park(self, write: PendingWrite | None = None) -> None:
+    async def _park(self, write: PendingWrite, report: bool) -> None:
         """Wait until a commit attempt covering this actor's writes finished (successfully
         or not), or it died, or the writer stopped. Cancellable.
 
         If the writer has stopped, ``write`` (accepted, waiting) will never be committed:
-        raises :class:`~stores.UnwrittenError` for it (caused by the writer's stop), or
-        the stop itself without a ``write``."""
+        raises :class:`~stores.UnwrittenError` for it (caused by the writer's stop)."""
         if not self.writer.running:
+            write.reported = write.reported or report
             stopped = self.writer.stopped_error()
-            if write is None:
-                raise stopped
-            write.reported = True
             raise self._unwritten(write.first, write.last, write.events, stopped)
-        task = trio.lowlevel.current_task()
-        parked = self._parked
-        parked.append(task)
-
-        def abort(_: object) -> trio.lowlevel.Abort:
-            parked.remove(task)  # still parked: _notify() would have swapped the list
-            return trio.lowlevel.Abort.SUCCEEDED
-
-        await trio.lowlevel.wait_task_rescheduled(abort)
+        self._parked_count += 1
+        try:
+            await self._parked.park()
+        finally:
+            self._parked_count -= 1
 
     def wake_waiters(self) -> None:
-        """Wake every task parked on this actor (the writer stopped: they re-check)."""
-        parked = self._parked
-        if parked:
-            self._parked = []
-            for task in parked:
-                trio.lowlevel.reschedule(task)
+        """Wake every task parked on this actor: a commit attempt covering it ended, it
+        died, or the writer stopped (they re-check their write)."""
+        if self._parked_count:
+            self._parked.unpark_all()
 
     # -- the writer's side ---------------------------------------------------------------
 
@@ -482,18 +438,14 @@ class SessionActor:
     def in_flight(self) -> bool:
         return self._in_flight > 0
 
-    def take_appends(self) -> AppendOp | None:
-        """:meth:`take_op` if the front of the queue is a plain append ready to go (not
-        in flight, not backing off), else None and nothing taken."""
-        pending = self._pending
-        if not pending or self._in_flight or self.retry_at or pending[0].kind != "append":
-            return None
-        op = self.take_op()
-        assert type(op) is AppendOp
-        return op
-
-    def take_op(self) -> WriteOp | None:
-        """Build this actor's op for the next batch from the front of its queue."""
+    @overload
+    def take_op(self, *, appends_only: Literal[True]) -> AppendOp | None: ...
+    @overload
+    def take_op(self, *, appends_only: bool = False) -> WriteOp | None: ...
+    def take_op(self, *, appends_only: bool = False) -> WriteOp | None:
+        """Build this actor's op for the next batch from the front of its queue.
+        ``appends_only``: only if the front is a plain append and the actor is not
+        backing off (else None and nothing taken)."""
         pending = self._pending
         if not pending or self._in_flight:
             return None
@@ -501,6 +453,8 @@ class SessionActor:
         retry = front.failed_attempts > 0
         kind = front.kind
         if kind != "append":
+            if appends_only:
+                return None
             self._in_flight = 1
             if kind == "truncate":
                 return TruncateOp(self.session_id, front.to_seq, owner=self.owner)
@@ -523,6 +477,8 @@ class SessionActor:
                 header_json=self.header_json,
                 retry=retry,
             )
+        if appends_only and self.retry_at:
+            return None
         if len(pending) == 1:  # the usual case: one awaited append
             events: tuple[PreparedEvent, ...] = front.events
             count = 1
@@ -548,7 +504,8 @@ class SessionActor:
         )
 
     def commit_done(self, result: BatchResult) -> bool:
-        """Apply one op's result. Returns True if the session's committed data changed."""
+        """Apply one op's result (writes still queued are submitted for the next batch).
+        Returns True if the session's committed data changed."""
         count = self._in_flight
         self._in_flight = 0
         if isinstance(result, TidelogError):
@@ -564,10 +521,11 @@ class SessionActor:
         front = last = pending.popleft()
         front.done = True
         front.result = result
-        for _ in range(count - 1):  # appends merged into one op
-            last = pending.popleft()
-            last.done = True
-            last.result = result
+        if count > 1:  # appends merged into one op
+            for _ in range(count - 1):
+                last = pending.popleft()
+                last.done = True
+                last.result = result
         kind = front.kind
         if kind == "append":  # the usual case: head_after, without the property call
             self.committed_head = last.last
@@ -579,7 +537,10 @@ class SessionActor:
         if self._backoff:
             self._backoff = 0.0
             self.retry_at = 0.0
-        self._notify()
+        if pending:
+            self.writer.submit(self, urgent=True)
+        if self._parked_count:
+            self.wake_waiters()
         return True
 
     def commit_failed(self, error: TidelogError, now: float) -> None:
@@ -592,20 +553,12 @@ class SessionActor:
         self._backoff = min(_BACKOFF_MAX, max(_BACKOFF_MIN, self._backoff * 2))
         self.retry_at = now + self._backoff
         self.writer.submit(self, urgent=False)
-        self._notify()
+        self.wake_waiters()
 
     @property
     def backoff(self) -> float:
         """Seconds the next retry waits (0 when the last attempt succeeded)."""
         return self._backoff
-
-    def _notify(self) -> None:
-        """Wake every task parked in :meth:`_park`."""
-        parked = self._parked
-        if parked:
-            self._parked = []
-            for task in parked:
-                trio.lowlevel.reschedule(task)
 
     def drop_pending(self, cause: TidelogError) -> None:
         """Give up every queued write: each is marked dropped (its waiters get an
@@ -618,7 +571,7 @@ class SessionActor:
         self.accepted_head = self.committed_head
         for write in dropped:
             write.dropped = self._unwritten(write.first, write.last, write.events, cause)
-        self._notify()
+        self.wake_waiters()
         if dropped:
             self._dropped.append((dropped, cause))
 
@@ -663,3 +616,54 @@ class SessionActor:
             self._fatal = error
         self.drop_pending(error)
         self.writer.notify_progress()
+
+
+@attrs.define(eq=False)
+class GroupWrite:
+    """Writes to several sessions that commit together or not at all (one GroupOp).
+
+    Each member actor holds its part as a ``"group"`` :class:`~actors.PendingWrite`; the
+    writer takes the group when it is at the front of every member's queue."""
+
+    members: list[tuple[SessionActor, PendingWrite]] = attrs.Factory(list)
+
+    @classmethod
+    def enqueue(
+        cls, parts: Sequence[tuple[SessionActor, Sequence[PreparedEvent], int | None]]
+    ) -> GroupWrite:
+        """Accept appends to several sessions as one unit (``(actor, events,
+        expected_head)`` each; all actors distinct). All or nothing: if any part is
+        refused, nothing is accepted.
+
+        Raises: :class:`~stores.InvalidArgumentError` (a session named twice, no parts),
+        :class:`~stores.ConflictError`, and the refusals of :meth:`SessionActor.append_nowait`.
+        """
+        if not parts:
+            raise InvalidArgumentError("an atomic append needs at least one session")
+        if len({id(actor) for actor, _, _ in parts}) != len(parts):
+            raise InvalidArgumentError("an atomic append names one session twice")
+        for actor, _, expected_head in parts:
+            actor.check_writable()
+            if expected_head is not None and expected_head != actor.accepted_head:
+                raise ConflictError(actor.session_id, expected_head, actor.accepted_head)
+        group = cls()
+        for actor, events, _ in parts:
+            write = actor._accept("group", tuple(events), group=group)
+            group.members.append((actor, write))
+        for actor, _, _ in parts:
+            actor.writer.submit(actor, urgent=True)
+        return group
+
+    def ready(self, now: float) -> bool:
+        """True when the group is at the front of every member's queue, none in flight."""
+        return all(actor.ready(now) and actor.front is write for actor, write in self.members)
+
+    async def wait(self) -> list[int]:
+        """Wait for the group's commit; return each member's new head. Shield it: a
+        group cannot be withdrawn once accepted.
+
+        Raises :class:`~stores.CommitPendingError` (the group stays queued) or
+        :class:`~stores.UnwrittenError` for the first member that reports it."""
+        for actor, write in self.members:
+            await actor.wait_write(write, 0, withdraw=False)
+        return [write.last for _, write in self.members]

@@ -245,6 +245,12 @@ class Supervisor:
         if pending is not None:
             raise pending
 
+    def report_at_exit(self, error: TidelogError) -> None:
+        """Have the runtime's exit (:meth:`stop_all`) raise ``error``: what closing a
+        handle raised where nobody sees it (a block finalized by the garbage collector)."""
+        if isinstance(error, UnwrittenError):
+            self._orphans.append(error)
+
     # -- actor lifetime ------------------------------------------------------------------
 
     async def _actor_main(self, life: _Life, header_json: str, create: CreateMode) -> None:
@@ -299,7 +305,7 @@ class Supervisor:
         attempts = 0
         while True:
             try:
-                await actor.wait_committed()
+                await actor.wait_committed(report=False)  # drops go to take_dropped
                 return
             except CommitPendingError:
                 attempts += 1

@@ -14,10 +14,11 @@ at runtime shutdown, after the actors were drained.
 
 A non-blocking store (memory) needs no thread hop, so waking the writer task for an awaited
 append would only cost a second trip through the scheduler. There the first caller that
-finds the writer idle *leads* the batch (:meth:`GroupCommitWriter.try_lead`): it yields
-once, so that the appends of every task that runs in the same scheduler round join its
-batch, then commits that batch in its own task. The writer task only takes what arrives
-while a batch is already being made, the ``append_nowait`` writes, flushes and retries.
+finds the writer idle *leads* the batch (:meth:`GroupCommitWriter.submit_awaited` decides):
+it yields once, so that the appends of every task that runs in the same scheduler round
+join its batch, then commits that batch in its own task. The writer task only takes what
+arrives while a batch is already being made: the ``append_nowait`` writes, flushes and
+retries.
 """
 
 from __future__ import annotations
@@ -100,7 +101,7 @@ class GroupCommitWriter:
         #: A store that fsyncs every commit (``synchronous="full"``).
         self._every_commit_syncs = lane.store.capabilities.syncs_every_commit
         self._next_batch = 1
-        #: A caller leads the next batch (see :meth:`try_lead`): submissions only mark
+        #: A caller leads the next batch (see :meth:`submit_awaited`): submissions only mark
         #: their actor dirty; ``_lead_urgent`` remembers whether one was urgent.
         self._leading = False
         self._lead_urgent = False
@@ -123,51 +124,32 @@ class GroupCommitWriter:
     def submit(self, actor: SessionActor, *, urgent: bool) -> None:
         """Mark ``actor`` as having queued writes."""
         self._dirty[actor] = None
-        if self._leading:  # the leading caller takes it (or hands it over, see lead_done)
+        if self._leading:  # the leading caller takes it (or hands it over, see _lead_done)
             self._lead_urgent = self._lead_urgent or urgent
             return
         self._wake.set()
         if urgent:
             self._urgent.set()
 
-    def try_lead(self) -> bool:
-        """True if the calling task is to make the next batch itself (then it must call
-        :meth:`lead` once): the store is non-blocking, and the writer is running and
-        idle -- nothing queued, no batch being made, no caller leading, no flush asked
-        for, its task not woken."""
+    def submit_awaited(self, actor: SessionActor) -> bool:
+        """Mark ``actor`` as having queued a write that the calling task will wait for
+        (urgent). The one place that decides who makes its batch: True if the calling
+        task makes it itself (then it must call ``commit_batch(lead=True)`` once,
+        next) -- the store is non-blocking, and the writer is running and idle (nothing
+        queued, no batch being made, no caller leading, no flush asked for, its task
+        not woken); False if the writer task does."""
         if (
             self._inline
             and self.running
             and not (self._dirty or self._leading or self._busy or self._sync_requested)
             and not self._wake.is_set()
         ):
+            self._dirty[actor] = None
             self._leading = True
-            self._lead_urgent = False
+            self._lead_urgent = True
             return True
+        self.submit(actor, urgent=True)
         return False
-
-    async def lead(self) -> None:
-        """The leading caller's part (after :meth:`try_lead`; its write is queued): yield
-        once, so the writes of the other tasks of this scheduler round join the batch,
-        then make the batch here, unless the writer task is making one (then it takes
-        them). Writes left queued afterwards go to the writer task. A checkpoint: a
-        cancel at the yield leaves every queued write to the writer task and raises;
-        the batch itself is not cancelled (as one in the writer task)."""
-        try:
-            await trio.lowlevel.checkpoint()
-        except BaseException:
-            self._lead_done()
-            raise
-        self._leading = False
-        if self.running and not self._busy:
-            try:
-                if len(self._dirty) != 1 or self._sync_requested or not self._commit_alone():
-                    await self._commit_once()
-            except Exception as exc:  # a bug in the store: the writer dies of it
-                self._crash = exc
-                self._wake.set()
-                self._urgent.set()
-        self._lead_done()
 
     def _lead_done(self) -> None:
         """Leading ended: hand what is still queued over to the writer task."""
@@ -272,99 +254,99 @@ class GroupCommitWriter:
                     raise self._crash
                 self._wake = trio.Event()
                 self._urgent = trio.Event()
-                await self._commit_once()
+                await self.commit_batch()
         finally:
             self.running = False
             self.notify_progress()
             for actor in list(self._watched):
                 actor.wake_waiters()
 
-    def _commit_alone(self) -> bool:
-        """:meth:`_commit_once` for a leading caller whose batch is one actor's plain
-        appends (the usual case: nothing else queued in its round), without the loops
-        over many actors and groups, and no await. False (nothing done) if the batch
-        is anything else."""
-        [actor] = self._dirty
-        op = actor.take_appends()
-        if op is None:
-            return False
-        del self._dirty[actor]
-        number = self._next_batch
-        self._next_batch += 1
-        self._busy = True
-        try:
-            self.lane.calls += 1
-            try:
-                results = self.lane.store.write_batch([op])
-            except TidelogError as exc:
-                self._failed += 1
-                actor.commit_failed(exc, trio.current_time())
-                return True
-            if len(results) != 1:
-                raise RuntimeError(f"the store returned {len(results)} results for 1 ops")
-            actor.last_batch = number
-            changed = actor.commit_done(results[0])
-            if actor.pending:
-                self.submit(actor, urgent=True)
-            self._batches += 1
-            self._events += len(op.events)
-            if self._every_commit_syncs:
-                self._fsyncs += 1
-            self._unsynced = True
-            if changed:
-                self._on_commit({actor.session_id})
-            return True
-        finally:
-            self._busy = False
-            self.notify_progress()
+    def _take(self) -> tuple[list[tuple[SessionActor, ...]], list[WriteOp], int]:
+        """Take one op per ready actor for the next batch: each op's actors (one, or a
+        group's members), the ops and how many events they write."""
+        dirty = self._dirty
+        now: float | None = None  # read only if an actor backs off or a group waits
+        targets: list[tuple[SessionActor, ...]] = []
+        ops: list[WriteOp] = []
+        events = 0
+        for actor in list(dirty):
+            if len(ops) >= self.max_ops:
+                self._wake.set()
+                break
+            if actor not in dirty:
+                continue  # taken as a member of a group already
+            front = actor.front
+            if front is None:
+                del dirty[actor]
+                continue
+            if actor.in_flight:
+                continue  # not ready (see SessionActor.ready)
+            if actor.retry_at:
+                if now is None:
+                    now = trio.current_time()
+                if now < actor.retry_at:
+                    continue  # backing off
+            unit = front.group
+            if unit is not None:
+                if now is None:
+                    now = trio.current_time()
+                if not unit.ready(now):
+                    continue  # a member still has earlier writes to commit
+                members = tuple(member for member, _ in unit.members)
+                parts = [member.take_op() for member in members]
+                group = GroupOp(tuple(p for p in parts if isinstance(p, AppendOp)))
+                ops.append(group)
+                targets.append(members)
+                events += _event_count(group)
+                for member in members:
+                    dirty.pop(member, None)
+                continue
+            op = actor.take_op()
+            if op is not None:
+                del dirty[actor]
+                targets.append((actor,))
+                ops.append(op)
+                events += len(op.events) if type(op) is AppendOp else _event_count(op)
+        return targets, ops, events
 
-    async def _commit_once(self) -> None:
-        """Take one op per ready actor, commit them in one batch, deliver the results."""
+    async def commit_batch(self, *, lead: bool = False) -> None:
+        """Take one op per ready actor, commit them in one batch, deliver the results:
+        the one batch routine, of the writer task and of a leading caller alike.
+
+        ``lead``: the leading caller's call, after :meth:`submit_awaited` said so (its
+        write is queued). It yields once first, so that the writes of the other tasks
+        of this scheduler round join the batch, then makes the batch here, unless the
+        writer task is making one (then it takes them); writes left queued afterwards
+        go to the writer task. A cancel at the yield leaves every queued write to the
+        writer task and raises (the caller checked for a cancel pending before it
+        queued its write, so that one accepts nothing); the batch itself is not
+        cancelled (as one in the writer task). What the store raises that is no
+        :class:`~stores.TidelogError` (a bug in it) kills the writer task, as if it
+        had made the call."""
+        if lead:
+            try:
+                await trio.lowlevel.checkpoint()
+            except BaseException:
+                self._lead_done()
+                raise
+            self._leading = False
+            if not self.running or self._busy:
+                self._lead_done()
+                return
         self._busy = True
         try:
-            now: float | None = None  # read only if an actor backs off or a group waits
-            targets: list[SessionActor | list[SessionActor]] = []  # a list: a group's members
-            ops: list[WriteOp] = []
-            events = 0
             dirty = self._dirty
-            for actor in list(dirty):
-                if len(ops) >= self.max_ops:
-                    self._wake.set()
-                    break
-                if actor not in dirty:
-                    continue  # taken as a member of a group already
-                front = actor.front
-                if front is None:
-                    del dirty[actor]
-                    continue
-                if actor.in_flight:
-                    continue  # not ready (see SessionActor.ready)
-                if actor.retry_at:
-                    if now is None:
-                        now = trio.current_time()
-                    if now < actor.retry_at:
-                        continue  # backing off
-                unit = front.group
-                if unit is not None:
-                    if now is None:
-                        now = trio.current_time()
-                    if not unit.ready(now):
-                        continue  # a member still has earlier writes to commit
-                    members = [member for member, _ in unit.members]
-                    parts = [member.take_op() for member in members]
-                    group = GroupOp(tuple(p for p in parts if isinstance(p, AppendOp)))
-                    ops.append(group)
-                    targets.append(members)
-                    events += _event_count(group)
-                    for member in members:
-                        dirty.pop(member, None)
-                    continue
-                op = actor.take_op()
-                if op is not None:
-                    del dirty[actor]
-                    targets.append(actor)
-                    ops.append(op)
-                    events += len(op.events) if type(op) is AppendOp else _event_count(op)
+            appends = None
+            targets: list[tuple[SessionActor, ...]]
+            ops: list[WriteOp]
+            if len(dirty) == 1:  # the usual case on a quiet store: one actor's appends
+                [actor] = dirty
+                appends = actor.take_op(appends_only=True)
+            if appends is not None:
+                del dirty[actor]
+                targets, ops, events = [(actor,)], [appends], len(appends.events)
+            else:
+                targets, ops, events = self._take()
             sync = self._sync_requested
             if not ops and not sync:
                 return
@@ -383,50 +365,54 @@ class GroupCommitWriter:
             except TidelogError as exc:
                 self._failed += 1
                 now = trio.current_time()
-                for target in targets:
-                    for actor in target if isinstance(target, list) else (target,):
+                for members in targets:
+                    for actor in members:
                         actor.commit_failed(exc, now)
                 if sync:
                     self.sync_failed = (number, exc)
-            else:
-                changed: set[str] = set()
-                count = len(targets)
-                if len(results) != count:
-                    raise RuntimeError(f"the store returned {len(results)} results for {count} ops")
-                for index in range(count):
-                    if index and not index % DELIVERY_SLICE:
+                return
+            count = len(ops)
+            if len(results) != count:
+                raise RuntimeError(f"the store returned {len(results)} results for {count} ops")
+            changed: set[str] = set()
+            sliced = count > DELIVERY_SLICE
+            delivered = 0
+            for members, result in zip(targets, results, strict=False):
+                if sliced:
+                    if delivered == DELIVERY_SLICE:
                         # Let the waiters woken so far run before waking more: a big batch
                         # never holds the event loop for all of its waiters' work at once.
                         await trio.lowlevel.cancel_shielded_checkpoint()
-                    target, result = targets[index], results[index]
-                    if isinstance(target, SessionActor):  # one actor's op
-                        target.last_batch = number
-                        if target.commit_done(result):
-                            changed.add(target.session_id)
-                        if target.pending:
-                            self.submit(target, urgent=True)
-                        continue
-                    for actor in target:  # a group's members
-                        actor.last_batch = number
-                        if actor.commit_done(result):
-                            changed.add(actor.session_id)
-                        if actor.pending:
-                            self.submit(actor, urgent=True)
-                if count > DELIVERY_SLICE:
-                    # ...and once more, so that the last slice has queued its next writes
-                    # before the next batch is taken (run() yields again before taking it).
-                    await trio.lowlevel.cancel_shielded_checkpoint()
-                self._batches += 1
-                self._events += events
-                if sync or self._every_commit_syncs:
-                    self._fsyncs += 1 if ops or sync else 0
-                if sync:
-                    self.synced_through.value = number
-                    self._unsynced = False
-                elif ops:
-                    self._unsynced = True
-                if changed:
-                    self._on_commit(changed)
+                        delivered = 0
+                    delivered += 1
+                for actor in members:
+                    actor.last_batch = number
+                    if actor.commit_done(result):  # resubmits what is still queued
+                        changed.add(actor.session_id)
+            if sliced:
+                # ...and once more, so that the last slice has queued its next writes
+                # before the next batch is taken (run() yields again before taking it).
+                await trio.lowlevel.cancel_shielded_checkpoint()
+            self._batches += 1
+            self._events += events
+            if sync or self._every_commit_syncs:
+                self._fsyncs += 1
+            if sync:
+                self.synced_through.value = number
+                self._unsynced = False
+            else:
+                self._unsynced = True
+            if changed:
+                self._on_commit(changed)
+        except Exception as exc:
+            if not lead:
+                raise
+            self._crash = exc  # the writer task raises it
+            self._wake.set()
+            self._urgent.set()
         finally:
             self._busy = False
-            self.notify_progress()
+            if self._progress_waiters:
+                self.notify_progress()
+            if lead and self._dirty:  # (it stopped leading before the batch)
+                self._lead_done()

@@ -181,6 +181,14 @@ class Runtime(metaclass=NoPublicConstructor):
             writer = new_writer(engine, actor, exclusive=not shared)
             try:
                 yield writer
+            except GeneratorExit:
+                # Never exited: the garbage collector finalizes the block, where nobody
+                # sees what the close raises, so the runtime's exit reports it instead.
+                try:
+                    await writer.aclose()
+                except TidelogError as close_error:
+                    self._supervisor.report_at_exit(close_error)
+                raise
             except BaseException as failure:
                 try:
                     await writer.aclose()
