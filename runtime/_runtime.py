@@ -187,7 +187,7 @@ class Runtime(metaclass=NoPublicConstructor):
                 try:
                     await writer.aclose()
                 except TidelogError as close_error:
-                    self._supervisor.report_at_exit(close_error)
+                    engine.supervisor.report_at_exit(close_error)
                 raise
             except BaseException as failure:
                 try:
