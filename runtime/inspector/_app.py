@@ -39,7 +39,7 @@ from runtime.agents import ForkPointError, fork_conversation
 from . import _controls as controls
 from . import _params as params
 from ._errors import ApiError
-from ._feeds import Feeds, encode_event, follow
+from ._feeds import Feeds, follow, message_of
 from ._reads import read_events, read_runs, read_session, read_sessions, session_obj
 
 __all__ = ["STATIC", "TOKEN_HEADER", "InspectorState", "build_app"]
@@ -234,22 +234,21 @@ async def _stream(request: Request, state: InspectorState) -> Response:
 
     feeds = state.feeds
 
-    async def events() -> AsyncIterator[ServerSentEvent]:
+    async def events() -> AsyncIterator[ServerSentEvent | bytes]:
         # A dropped connection is retried after a second (the browser's default is 3).
         yield ServerSentEvent(comment="tidelog", retry=RETRY_MS)
         try:
             if feeds is None:  # an app without a nursery of its own: a tail per stream
                 async for event in rt.tail(session_id, since_seq=since):
-                    yield ServerSentEvent(
-                        data=encode_event(event), id=str(event.seq), event="event"
-                    )
+                    yield message_of(event)
                 return
             async with (
                 feeds.subscribe(session_id, info.head) as feed,
                 contextlib.aclosing(follow(rt, feed, since)) as followed,
             ):
-                async for seq, data in followed:
-                    yield ServerSentEvent(data=data, id=str(seq), event="event")
+                # Each piece: the messages of every event not sent yet (one write).
+                async for _, messages in followed:
+                    yield messages
         except (SnapshotExpiredError, SessionNotFoundError) as exc:
             # Cut or deleted below the stream's position: say so, then end the stream
             # (the page reloads the session).
