@@ -37,6 +37,10 @@ KEEP = 1024
 #: are read, and sent by every stream, in one piece. What the feeds cost the writer's
 #: process is then bounded per second, not per commit; an event waits at most this long.
 TICK = 0.025
+#: A page of at least this many events may not be the last one committed: the feed reads
+#: on at once instead of waiting a tick (so a fast writer is never outrun: the runtime's
+#: tail reads 256 events per page).
+FULL_PAGE = 128
 
 
 def encode_event(event: StoredEvent) -> str:
@@ -97,7 +101,9 @@ class Feeds:
         with feed.scope:
             try:
                 tail = self._rt.tail(feed.session_id, since_seq=feed.cursor)
+                page = 0
                 async for event in tail:
+                    page += 1
                     feed.events.append((event.seq, message_of(event)))
                     if len(feed.events) > KEEP:
                         feed.events.popleft()
@@ -105,7 +111,9 @@ class Feeds:
                     if event.seq == tail.cursor:  # the page read is all here: wake them
                         feed.changed.set()
                         feed.changed = trio.Event()
-                        await trio.sleep(TICK)  # let the next commits gather
+                        if page < FULL_PAGE:
+                            await trio.sleep(TICK)  # at the live edge: let commits gather
+                        page = 0
             except TidelogError as exc:  # cut or deleted below it, closed, a store error
                 feed.error = exc
             finally:
