@@ -5,8 +5,10 @@
   five clients (in a child process, as browsers would be) reading ``/api/stream`` of that
   session from the same runtime's inspector over TCP on 127.0.0.1. Target: >= 0.9x the
   solo rate of the same run. Once with the inspector embedded in the writer's runtime
-  (its streams share the writer's trio thread), once with ``tidelog serve`` in another
-  process (the writer's process then does nothing for them).
+  (its streams share the writer's trio thread: they share one tail read at most every
+  25 ms and send each tick's events in one write), once with ``tidelog serve`` in another
+  process (the writer's process then does nothing for them). At small scales a rate case
+  lasts about one tick: read it over several rounds, or with more appends.
 * First window of a long session (1M events at scale 1): ``GET /api/events?from_end=1&
   limit=200`` on one keep-alive connection, request to whole response. Target p95
   <= 100 ms.

@@ -26,7 +26,6 @@ from starlette.staticfiles import StaticFiles
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from runtime import (
-    JSON,
     InvalidArgumentError,
     ReadOnlyError,
     Runtime,
@@ -37,9 +36,10 @@ from runtime import (
 )
 from runtime.agents import ForkPointError, fork_conversation
 
+from . import _controls as controls
 from . import _params as params
 from ._errors import ApiError
-from ._feeds import Feeds, encode_event, follow
+from ._feeds import Feeds, follow, message_of
 from ._reads import read_events, read_runs, read_session, read_sessions, session_obj
 
 __all__ = ["STATIC", "TOKEN_HEADER", "InspectorState", "build_app"]
@@ -234,22 +234,21 @@ async def _stream(request: Request, state: InspectorState) -> Response:
 
     feeds = state.feeds
 
-    async def events() -> AsyncIterator[ServerSentEvent]:
+    async def events() -> AsyncIterator[ServerSentEvent | bytes]:
         # A dropped connection is retried after a second (the browser's default is 3).
         yield ServerSentEvent(comment="tidelog", retry=RETRY_MS)
         try:
             if feeds is None:  # an app without a nursery of its own: a tail per stream
                 async for event in rt.tail(session_id, since_seq=since):
-                    yield ServerSentEvent(
-                        data=encode_event(event), id=str(event.seq), event="event"
-                    )
+                    yield message_of(event)
                 return
             async with (
                 feeds.subscribe(session_id, info.head) as feed,
                 contextlib.aclosing(follow(rt, feed, since)) as followed,
             ):
-                async for seq, data in followed:
-                    yield ServerSentEvent(data=data, id=str(seq), event="event")
+                # Each piece: the messages of every event not sent yet (one write).
+                async for _, messages in followed:
+                    yield messages
         except (SnapshotExpiredError, SessionNotFoundError) as exc:
             # Cut or deleted below the stream's position: say so, then end the stream
             # (the page reloads the session).
@@ -265,42 +264,12 @@ async def _stream(request: Request, state: InspectorState) -> Response:
 # -- writes -------------------------------------------------------------------------------
 
 
-async def _json_body(request: Request) -> dict[str, JSON]:
-    try:
-        body = await request.json()
-    except (ValueError, UnicodeDecodeError):
-        raise ApiError(400, "the body must be a JSON object") from None
-    if not isinstance(body, dict):
-        raise ApiError(400, "the body must be a JSON object")
-    return body
-
-
-def _body_text(body: dict[str, JSON], name: str) -> dict[str, str]:
-    value = body.get(name)
-    if value is None:
-        return {}
-    if not isinstance(value, str):
-        raise ApiError(400, f"{name} must be a string", name)
-    return {name: value}
-
-
-def _body_seq(body: dict[str, JSON], name: str) -> int | None:
-    value = body.get(name)
-    if value is None:
-        return None
-    if not isinstance(value, int) or isinstance(value, bool):
-        raise ApiError(400, f"{name} must be an integer", name)
-    return params.seq({name: str(value)}, name)
-
-
 async def _fork(request: Request, state: InspectorState) -> Response:
-    body = await _json_body(request)
-    source = params.session_id(_body_text(body, "id"), "id")
-    new_id = params.session_id(_body_text(body, "new_id"), "new_id")
-    at = _body_seq(body, "at_seq")
-    allow_open = body.get("allow_open_run", False)
-    if not isinstance(allow_open, bool):
-        raise ApiError(400, "allow_open_run must be true or false", "allow_open_run")
+    body = params.json_body(await request.body())
+    source = params.session_id({"id": params.body_text(body, "id") or ""}, "id")
+    new_id = params.session_id({"new_id": params.body_text(body, "new_id") or ""}, "new_id")
+    at = params.body_seq(body, "at_seq")
+    allow_open = params.body_flag(body, "allow_open_run")
     info = await state.rt.stat(source)
     if info is None:
         raise ApiError(404, f"no session {source!r}", "id")
@@ -319,11 +288,31 @@ async def _fork(request: Request, state: InspectorState) -> Response:
     return JSONResponse({"session": session_obj(forked, None)}, status_code=201)
 
 
+async def _approve(request: Request, state: InspectorState) -> Response:
+    decision = await controls.decide(state.rt, await request.body(), approved=True)
+    return JSONResponse({"decision": decision.to_json()})
+
+
+async def _reject(request: Request, state: InspectorState) -> Response:
+    decision = await controls.decide(state.rt, await request.body(), approved=False)
+    return JSONResponse({"decision": decision.to_json()})
+
+
+async def _stop(request: Request, state: InspectorState) -> Response:
+    status, body = await controls.stop(state.rt, await request.body())
+    return JSONResponse(body, status_code=status)
+
+
 def _write_routes(state: InspectorState) -> list[Route]:
     """The routes that change the store: each answers only with writes enabled and the
-    token in a header. (Run controls -- approve, deny, stop -- belong here once the
-    runtime has them.)"""
-    return [Route("/api/fork", _endpoint(state, _fork, write=True), methods=["POST"])]
+    token in a header."""
+    writes: list[tuple[str, Handler]] = [
+        ("/api/fork", _fork),
+        ("/api/approve", _approve),
+        ("/api/reject", _reject),
+        ("/api/stop", _stop),
+    ]
+    return [Route(path, _endpoint(state, h, write=True), methods=["POST"]) for path, h in writes]
 
 
 # -- the app ------------------------------------------------------------------------------

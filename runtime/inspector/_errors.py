@@ -12,14 +12,22 @@ class ApiError(TidelogError):
     ``{"error": message, "parameter": name-or-null}``. Raised inside the request handlers
     (never to the embedding program)."""
 
-    def __init__(self, status: int, message: str, parameter: str | None = None) -> None:
+    def __init__(
+        self,
+        status: int,
+        message: str,
+        parameter: str | None = None,
+        extra: dict[str, JSON] | None = None,
+    ) -> None:
         """Refuse with HTTP ``status``; ``parameter`` names the query or body field at
-        fault (``None`` when no single one is)."""
+        fault (``None`` when no single one is); ``extra``: more fields of the body (e.g.
+        ``decision``: how a call was already decided)."""
         super().__init__(message)
         self.status = status
         self.message = message
         self.parameter = parameter
+        self.extra = dict(extra or {})
 
     def body(self) -> dict[str, JSON]:
         """The JSON body of the answer."""
-        return {"error": self.message, "parameter": self.parameter}
+        return {**self.extra, "error": self.message, "parameter": self.parameter}

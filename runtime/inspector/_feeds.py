@@ -2,9 +2,16 @@
 
 Each stream would otherwise run a tail of its own, and every commit would cost one read
 per open stream on the runtime's one reader lane. A :class:`Feed` keeps the newest events
-it has seen (already encoded) for its subscribers; a subscriber behind that buffer -- a
-new one resuming from an old seq, or a slow one that fell behind -- catches up with a tail
-of its own (gap-free, and truncation-checked like any tail), then joins the shared one.
+it has seen for its subscribers, each already encoded as its whole SSE message (encoded
+once, the bytes shared by every stream); a subscriber behind that buffer -- a new one
+resuming from an old seq, or a slow one that fell behind -- catches up with a tail of its
+own (gap-free, and truncation-checked like any tail), then joins the shared one.
+
+A feed reads its tail at most once per :data:`TICK`, and a stream sends what the feed got
+since its last send as one write (:func:`follow` yields the messages of every event it
+has not sent, concatenated): each event stays its own SSE message with ``id`` = its seq,
+so ``Last-Event-ID`` resumes exactly, but a burst of commits costs the feed one read and
+each stream one trip through the server per tick, not one per event.
 """
 
 from __future__ import annotations
@@ -21,11 +28,19 @@ from runtime import Runtime, StoredEvent, Tail, TidelogError
 
 from ._reads import event_obj
 
-__all__ = ["Feed", "Feeds", "encode_event", "follow"]
+__all__ = ["Feed", "Feeds", "encode_event", "follow", "message_of"]
 
 #: Events a feed keeps for its subscribers (older ones are read again by a subscriber's
 #: own tail).
 KEEP = 1024
+#: The shortest time between two reads of a feed's tail (seconds): commits closer together
+#: are read, and sent by every stream, in one piece. What the feeds cost the writer's
+#: process is then bounded per second, not per commit; an event waits at most this long.
+TICK = 0.025
+#: A page of at least this many events may not be the last one committed: the feed reads
+#: on at once instead of waiting a tick (so a fast writer is never outrun: the runtime's
+#: tail reads 256 events per page).
+FULL_PAGE = 128
 
 
 def encode_event(event: StoredEvent) -> str:
@@ -33,16 +48,23 @@ def encode_event(event: StoredEvent) -> str:
     return json.dumps(event_obj(event), ensure_ascii=True, allow_nan=False)
 
 
+def message_of(event: StoredEvent) -> bytes:
+    """The event's whole SSE message -- ``id: SEQ``, ``event: event``, ``data: JSON`` --
+    as sse-starlette's ``ServerSentEvent`` encodes it (the JSON is one ASCII line, so no
+    field needs splitting or escaping), without its per-message work."""
+    return b"id: %d\r\nevent: event\r\ndata: %s\r\n\r\n" % (event.seq, encode_event(event).encode())
+
+
 @attrs.define(eq=False)
 class Feed:
-    """One session's shared tail: the newest events (``(seq, data)``, contiguous),
+    """One session's shared tail: the newest events (``(seq, SSE message)``, contiguous),
     ``cursor`` (the last seq seen), ``changed`` (set, then replaced, at each new event)
     and ``error`` once the tail ended (the session was cut or deleted below it, the
     runtime closed, the store failed)."""
 
     session_id: str
     cursor: int
-    events: deque[tuple[int, str]] = attrs.field(factory=deque)
+    events: deque[tuple[int, bytes]] = attrs.field(factory=deque)
     changed: trio.Event = attrs.field(factory=trio.Event)
     error: TidelogError | None = None
     subscribers: int = 0
@@ -78,13 +100,20 @@ class Feeds:
     async def _run(self, feed: Feed) -> None:
         with feed.scope:
             try:
-                async for event in self._rt.tail(feed.session_id, since_seq=feed.cursor):
-                    feed.events.append((event.seq, encode_event(event)))
+                tail = self._rt.tail(feed.session_id, since_seq=feed.cursor)
+                page = 0
+                async for event in tail:
+                    page += 1
+                    feed.events.append((event.seq, message_of(event)))
                     if len(feed.events) > KEEP:
                         feed.events.popleft()
                     feed.cursor = event.seq
-                    feed.changed.set()
-                    feed.changed = trio.Event()
+                    if event.seq == tail.cursor:  # the page read is all here: wake them
+                        feed.changed.set()
+                        feed.changed = trio.Event()
+                        if page < FULL_PAGE:
+                            await trio.sleep(TICK)  # at the live edge: let commits gather
+                        page = 0
             except TidelogError as exc:  # cut or deleted below it, closed, a store error
                 feed.error = exc
             finally:
@@ -93,10 +122,11 @@ class Feeds:
                 feed.changed.set()
 
 
-async def follow(rt: Runtime, feed: Feed, since: int) -> AsyncGenerator[tuple[int, str], None]:
-    """``(seq, data)`` of every committed event after ``since``, in order, no gaps, no
-    duplicates: from a tail of its own while behind the feed's buffer, then from the
-    feed. Raises the feed's error (after the events before it)."""
+async def follow(rt: Runtime, feed: Feed, since: int) -> AsyncGenerator[tuple[int, bytes], None]:
+    """The SSE messages of every committed event after ``since``, in order, no gaps, no
+    duplicates, as ``(last seq, messages)``: every event the feed holds that was not sent
+    yet in one piece, or one event at a time from a tail of its own while behind the
+    feed's buffer. Raises the feed's error (after the events before it)."""
     position = since
     own: Tail | None = None
     while True:
@@ -106,14 +136,15 @@ async def follow(rt: Runtime, feed: Feed, since: int) -> AsyncGenerator[tuple[in
                 own = rt.tail(feed.session_id, since_seq=position)
             event = await own.__anext__()
             position = event.seq
-            yield event.seq, encode_event(event)
+            yield event.seq, message_of(event)
             continue
         own = None
         if position < feed.cursor:
-            for seq, data in list(feed.events):
-                if seq > position:
-                    position = seq
-                    yield seq, data
+            # Contiguous seqs: the events after ``position`` are the buffer's last ones.
+            events, count = feed.events, feed.cursor - position
+            fresh = b"".join(events[-k][1] for k in range(count, 0, -1))
+            position = feed.cursor
+            yield position, fresh
             continue
         if feed.error is not None:
             raise feed.error

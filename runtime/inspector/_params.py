@@ -1,13 +1,27 @@
-"""Parsing the query parameters of the inspector's API: every bad value becomes a 400
-naming its parameter, before anything is read."""
+"""Parsing the query parameters and JSON bodies of the inspector's API: every bad value
+becomes a 400 naming its parameter, before anything is read or written."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
+
+from runtime import JSON
 
 from ._errors import ApiError
 
-__all__ = ["MAX_LIMIT", "flag", "integer", "seq", "session_id", "text"]
+__all__ = [
+    "MAX_LIMIT",
+    "body_flag",
+    "body_seq",
+    "body_text",
+    "flag",
+    "integer",
+    "json_body",
+    "seq",
+    "session_id",
+    "text",
+]
 
 #: The largest ``limit`` a request may ask for (events or sessions per answer).
 MAX_LIMIT = 1000
@@ -68,3 +82,47 @@ def flag(query: Mapping[str, str], name: str) -> bool:
     if raw.lower() in ("0", "false", "no"):
         return False
     raise ApiError(400, f"{name} must be true or false, not {raw!r}", name)
+
+
+# -- JSON bodies (the write routes) ---------------------------------------------------------
+
+
+def json_body(raw: bytes) -> dict[str, JSON]:
+    """A request body that must be one JSON object."""
+    try:
+        body = json.loads(raw)
+    except (ValueError, UnicodeDecodeError):
+        raise ApiError(400, "the body must be a JSON object") from None
+    if not isinstance(body, dict):
+        raise ApiError(400, "the body must be a JSON object")
+    return body
+
+
+def body_text(body: Mapping[str, JSON], name: str, *, required: bool = False) -> str | None:
+    """An optional (or ``required``) string field; an empty one counts as absent."""
+    value = body.get(name)
+    if value is None or value == "":
+        if required:
+            raise ApiError(400, f"{name} is required (a string)", name)
+        return None
+    if not isinstance(value, str):
+        raise ApiError(400, f"{name} must be a string", name)
+    return value
+
+
+def body_seq(body: Mapping[str, JSON], name: str) -> int | None:
+    """An optional seq field (a JSON integer >= 0)."""
+    value = body.get(name)
+    if value is None:
+        return None
+    if not isinstance(value, int) or isinstance(value, bool):
+        raise ApiError(400, f"{name} must be an integer", name)
+    return seq({name: str(value)}, name)
+
+
+def body_flag(body: Mapping[str, JSON], name: str) -> bool:
+    """An optional JSON boolean field (default false)."""
+    value = body.get(name, False)
+    if not isinstance(value, bool):
+        raise ApiError(400, f"{name} must be true or false", name)
+    return value

@@ -22,7 +22,11 @@ from runtime import (
 )
 from runtime.agents import (
     TOOL_OUTCOME_UNKNOWN,
+    Decision,
+    SidecarEntry,
+    ToolCall,
     ToolResult,
+    awaiting_approval,
     checkpoint_sessions,
     checkpoints,
     pending_tool_calls,
@@ -43,6 +47,8 @@ __all__ = [
 FOLD_PAGE = 1000
 #: Sessions read per page when a parent's forks are looked for.
 LIST_PAGE = 1000
+#: The sidecar kind of a person's decision on a call (docs/agents.md, approvals).
+APPROVAL_DECISION = "approval_decision"
 
 
 def session_obj(info: SessionInfo, writers: dict[str, str] | None) -> dict[str, JSON]:
@@ -206,16 +212,27 @@ async def read_events(
 
 
 async def read_runs(rt: Runtime, session_id: str) -> dict[str, JSON]:
-    """The runs of a conversation whose checkpoints are stored: status, agent, turns,
-    error, the tool calls still without a result, the calls whose outcome was reported
-    unknown after a crash, and where the run lies in the conversation (``first_seq``,
-    ``last_seq``; ``null`` until its history segment is written)."""
-    await _stat(rt, session_id)
+    """The runs of a conversation (or the one run of a checkpoint session, or those of a
+    conversation whose session is not written yet) whose checkpoints are stored: status,
+    agent, turns, error, the checkpoint's session, the tool calls still without a result, those that
+    await a person's approval, the decisions recorded, the calls whose outcome was
+    reported unknown after a crash, and where the run lies in the conversation
+    (``first_seq``, ``last_seq``; ``null`` until its history segment is written)."""
+    try:
+        info = await rt.stat(session_id)
+    except InvalidSessionIdError as exc:
+        raise _store_error(exc, "id") from None
     runs: list[JSON] = []
-    saved = [c for c in await checkpoint_sessions(rt) if c.conversation == session_id]
+    saved = [
+        c
+        for c in await checkpoint_sessions(rt)
+        if session_id in (c.conversation, c.session.id) and c.head is not None
+    ]
+    if info is None and not saved:  # a conversation's first run has no session yet
+        raise ApiError(404, f"no session {session_id!r}", "id")
     for stored in saved:
         head = stored.head
-        assert head is not None  # a checkpoint without a head belongs to no conversation
+        assert head is not None
         snapshot = await checkpoints(rt).load(stored.run_id)
         entries: Sequence[Any] = () if snapshot is None else snapshot.entries
         unknown = [
@@ -223,7 +240,8 @@ async def read_runs(rt: Runtime, session_id: str) -> dict[str, JSON]:
             for e in entries
             if isinstance(e, ToolResult) and e.output.startswith(TOOL_OUTCOME_UNKNOWN)
         ]
-        span = await rt.find_run(session_id, stored.run_id)
+        conversation = head.session_id
+        span = None if conversation is None else await _find_run(rt, conversation, stored.run_id)
         runs.append(
             {
                 "run_id": stored.run_id,
@@ -232,10 +250,10 @@ async def read_runs(rt: Runtime, session_id: str) -> dict[str, JSON]:
                 "turns": head.turns,
                 "updated_at": head.updated_at,
                 "error": head.error,
-                "pending_calls": [
-                    {"call_id": c.call_id, "name": c.name, "arguments": c.arguments}
-                    for c in pending_tool_calls(entries)
-                ],
+                "checkpoint": stored.session.id,
+                "pending_calls": [_call(c) for c in pending_tool_calls(entries)],
+                "pending_approvals": [_call(c) for c in awaiting_approval(entries)],
+                "decisions": _decisions(entries),
                 "unknown_outcomes": list(unknown),
                 "first_seq": None if span is None else span[0],
                 "last_seq": None if span is None else span[1],
@@ -243,6 +261,28 @@ async def read_runs(rt: Runtime, session_id: str) -> dict[str, JSON]:
         )
     runs.sort(key=lambda r: (-_number(r, "updated_at"), str(_field(r, "run_id"))))
     return {"id": session_id, "runs": runs, "checked_at": time.time()}
+
+
+async def _find_run(rt: Runtime, conversation: str, run_id: str) -> tuple[int, int] | None:
+    try:
+        return await rt.find_run(conversation, run_id)
+    except SessionNotFoundError:
+        return None
+
+
+def _call(call: ToolCall) -> dict[str, JSON]:
+    return {"call_id": call.call_id, "name": call.name, "arguments": call.arguments}
+
+
+def _decisions(entries: Sequence[Any]) -> list[JSON]:
+    """The decisions recorded in a run's checkpoint, in order."""
+    found: list[JSON] = []
+    for entry in entries:
+        if isinstance(entry, SidecarEntry) and entry.kind == APPROVAL_DECISION:
+            decision = Decision.from_json(entry.data)
+            if decision is not None:
+                found.append(decision.to_json())
+    return found
 
 
 def _field(obj: JSON, name: str) -> JSON:

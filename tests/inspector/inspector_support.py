@@ -15,15 +15,22 @@ import trio
 from runtime import JSON, NewEvent, Runtime
 from runtime.agents import (
     TOOL_OUTCOME_UNKNOWN,
+    Agent,
     AssistantMessage,
+    CheckpointOptions,
     Entry,
+    ModelResponse,
+    RequestedCall,
     RunHead,
+    Runner,
+    ScriptedModel,
     SidecarEntry,
     ToolCall,
     ToolResult,
     UserMessage,
     agent_projections,
     checkpoints,
+    function_tool,
     history,
 )
 from runtime.inspector import InspectorServer, serve_inspector
@@ -82,6 +89,38 @@ async def fill(rt: Runtime) -> None:
     async with rt.open_session("notes", header={"who": "ada"}) as writer:
         await writer.append([NewEvent("note", {"n": n}) for n in range(1, 6)])
     await rt.flush()
+
+
+async def awaiting_run(rt: Runtime, run_id: str = "pay-run", session_id: str = "office") -> None:
+    """Run an agent on ``session_id`` whose one turn asks ``pay`` (needs approval: call
+    ``c-pay``) and ``look`` (needs none: call ``c-look``, which runs): the run ends
+    ``awaiting_approval`` with ``c-pay`` pending. The conversation has an earlier run."""
+    await history(rt).append(
+        session_id, [UserMessage("hello"), AssistantMessage("hi")], run_id=f"{run_id}-0"
+    )
+
+    @function_tool(needs_approval=True)
+    async def pay(amount: int) -> str:
+        """Pay an amount."""
+        return f"paid {amount}"
+
+    @function_tool
+    async def look() -> str:
+        """Look around."""
+        return "nothing"
+
+    turn = ModelResponse(
+        tool_calls=(
+            RequestedCall("pay", {"amount": 5}, "c-pay"),
+            RequestedCall("look", {}, "c-look"),
+        )
+    )
+    agent = Agent("clerk", "x", model=ScriptedModel([turn]), tools=(pay, look))
+    options = CheckpointOptions(checkpoints(rt), run_id)
+    result = await Runner.run(
+        agent, "pay the bill", runtime=rt, session_id=session_id, checkpoint=options
+    )
+    assert result.status == "awaiting_approval"
 
 
 @contextlib.asynccontextmanager

@@ -65,7 +65,7 @@ async def test_every_read_endpoint_answers_from_the_store(target: str) -> None:
     async with serving(target) as (rt, server, client):
         info = await get(client, "/api/info")
         assert info["writes"] is False
-        assert info["write_routes"] == ["/api/fork"]
+        assert info["write_routes"] == ["/api/fork", "/api/approve", "/api/reject", "/api/stop"]
         assert {"stats", "conversation", "turns"} <= set(info["projections"])
 
         listed = await get(client, "/api/sessions")

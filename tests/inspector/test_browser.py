@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 import trio
 from browser_support import BrowserThread, PageWatch
-from inspector_support import HOSTILE, fill, inspector
+from inspector_support import HOSTILE, awaiting_run, fill, inspector
 from playwright.sync_api import Browser, Page
 
 from runtime import NewEvent, Runtime, StatsProjection, open_runtime
@@ -28,6 +28,7 @@ from runtime.agents import (
     ToolResult,
     UserMessage,
     agent_projections,
+    checkpoints,
     history,
 )
 
@@ -120,6 +121,9 @@ async def test_list_transcript_runs_and_lineage(browser: BrowserThread, tmp_path
             runs = {
                 run: page.text_content(f'#runs [data-run="{run}"]') for run in ("r1", "r3", "r4")
             }
+            controls_hidden = page.is_hidden("#run-controls") and not page.query_selector(
+                "#runs button"
+            )
             page.click('.tabs button[data-tab="transcript"]')
             page.click("#forks a")
             page.wait_for_function(
@@ -140,6 +144,7 @@ async def test_list_transcript_runs_and_lineage(browser: BrowserThread, tmp_path
                 "lineage": lineage,
                 "fork_seqs": fork_seqs,
                 "fork_form_hidden": fork_form_hidden,
+                "controls_hidden": controls_hidden,
             }
 
         got = await browser.run(walk)
@@ -166,6 +171,7 @@ async def test_list_transcript_runs_and_lineage(browser: BrowserThread, tmp_path
     assert got["lineage"] == "forked from chat at seq 4"
     assert got["fork_seqs"] == [1, 2, 3, 4]
     assert got["fork_form_hidden"] is True
+    assert got["controls_hidden"] is True  # read-only: no run controls
     assert watch.dialogs == []
     assert watch.foreign == []
     assert watch.errors == []
@@ -327,6 +333,67 @@ async def test_fork_from_the_page(browser: BrowserThread, tmp_path: Path) -> Non
     assert info.parent == ("chat", 7)
     assert info.head == 7
     assert lineage == "forked from chat at seq 7"
+
+
+async def test_approve_a_pending_call_from_the_page(browser: BrowserThread, tmp_path: Path) -> None:
+    """The runs view shows a run awaiting approval with approve / reject controls (writes
+    enabled); approving from the page records the decision, the view shows it, and the
+    run's checkpoint session shows the decision event."""
+    db = tmp_path / "app.db"
+    async with open_runtime(db) as rt:
+        await awaiting_run(rt)
+        async with inspector(rt, writes=True) as server:
+            page, watch = await open_page(browser, f"{server.page_url}")
+
+            def decide(_: Browser) -> dict[str, Any]:
+                show(page, "office")
+                page.click('.tabs button[data-tab="runs"]')
+                box = '#runs [data-run="pay-run"]'
+                page.wait_for_selector(f'{box} .approval[data-call="c-pay"] button.approve')
+                before = page.text_content(box)
+                page.fill("#decider", "ada <b>")
+                page.click(f'{box} .approval[data-call="c-pay"] button.approve')
+                page.wait_for_selector(f"{box} .decision")
+                after = page.text_content(box)
+                result = page.text_content("#control-result")
+                controls_left = page.locator(f"{box} .approval").count()
+                page.click(f"{box} a.checkpoint")
+                page.wait_for_function(
+                    "() => document.getElementById('session-id').textContent"
+                    " === 'tidelog/run/pay-run'"
+                )
+                page.click('.tabs button[data-tab="events"]')
+                attached(page, "#event-rows tr")
+                kinds: list[str] = page.eval_on_selector_all(
+                    "#event-rows tr", "rows => rows.map(r => r.children[1].textContent)"
+                )
+                return {
+                    "before": before,
+                    "after": after,
+                    "result": result,
+                    "left": controls_left,
+                    "kinds": kinds,
+                }
+
+            got = await browser.run(decide)
+            await browser.run(lambda _: page.close())
+        snap = await checkpoints(rt).load("pay-run")
+    assert snap is not None
+    recorded = [
+        e for e in snap.entries if isinstance(e, SidecarEntry) and e.kind == "approval_decision"
+    ]
+    assert len(recorded) == 1
+    assert isinstance(recorded[0].data, dict)
+    assert recorded[0].data["by"] == "ada <b>"
+    assert recorded[0].data["approved"] is True
+    assert "awaiting_approval" in got["before"]
+    assert "awaits approval: pay (c-pay)" in got["before"]
+    assert "approved call c-pay by ada <b>" in got["after"]
+    assert "approved call c-pay by ada <b>" in got["result"]
+    assert got["left"] == 0
+    assert got["kinds"].count("approval_decision") == 1
+    assert watch.dialogs == []
+    assert watch.errors == []
 
 
 HOSTILE_ID = '<img src=x onerror="window.__pwned=9">'

@@ -259,7 +259,57 @@ function renderValues(body) {
   }
 }
 
+function decisionText(d) {
+  let text = (d.approved ? "approved" : "rejected") + " call " + d.call_id + " by " + d.by + " at " + showTime(d.at);
+  if (d.message) text += ": " + d.message;
+  return text;
+}
+
+async function control(path, body) {
+  // A run control (writes enabled): its outcome, or why it was refused, as text.
+  const by = $("decider").value.trim();
+  if (by) body.by = by;
+  const out = $("control-result");
+  try {
+    const answer = await api(path, {}, {
+      method: "POST",
+      headers: { "Content-Type": "application/json" },
+      body: JSON.stringify(body),
+    });
+    if (answer.decision) out.textContent = decisionText(answer.decision);
+    else out.textContent = answer.requested ? "asked run " + answer.run_id + " to stop" : "run " + answer.run_id + " is " + answer.status + ": nothing to stop";
+  } catch (error) {
+    out.textContent = "refused: " + error.message;
+  }
+  await refreshRuns(state.generation, true);
+}
+
+function approvalNode(run, call, writes) {
+  const box = el("div", "approval");
+  box.dataset.call = call.call_id;
+  box.append(el("div", "small pending", "awaits approval: " + call.name + " (" + call.call_id + ")"));
+  box.append(el("pre", "", pretty(call.arguments)));
+  if (writes) {
+    const row = el("div", "decide");
+    const message = el("input");
+    message.type = "text";
+    message.className = "message";
+    message.placeholder = "message for the model (reject)";
+    const yes = el("button", "approve", "approve");
+    const no = el("button", "reject", "reject");
+    yes.addEventListener("click", () => control("/api/approve", { run_id: run.run_id, call_id: call.call_id }));
+    no.addEventListener("click", () => control("/api/reject", { run_id: run.run_id, call_id: call.call_id, message: message.value || null }));
+    row.append(yes, no, message);
+    box.append(row);
+  }
+  return box;
+}
+
+let shownRuns = null;
+
 function renderRuns(body) {
+  const writes = !!(state.info && state.info.writes);
+  $("run-controls").hidden = !writes;
   const runs = $("runs");
   runs.replaceChildren();
   if (!body.runs.length) runs.append(el("div", "small", "no run checkpoints stored for this session"));
@@ -267,16 +317,46 @@ function renderRuns(body) {
     const box = el("div", "run");
     box.dataset.run = run.run_id;
     box.append(el("span", "sid", run.run_id), el("span", "badge " + run.status, run.status));
+    if (writes && run.status === "running") {
+      const stop = el("button", "stop", "stop");
+      stop.addEventListener("click", () => control("/api/stop", { run_id: run.run_id }));
+      box.append(" ", stop);
+    }
     box.append(el("div", "small", "agent " + run.agent + " · turns " + run.turns + " · saved " + showTime(run.updated_at) +
       (run.first_seq !== null ? " · seq " + run.first_seq + "–" + run.last_seq : " · not in the history yet")));
+    const checkpoint = el("a", "small checkpoint", "checkpoint " + run.checkpoint);
+    checkpoint.href = "#s=" + encodeURIComponent(run.checkpoint);
+    const where = el("div", "small");
+    where.append(checkpoint);
+    box.append(where);
+    const asking = new Set(run.pending_approvals.map((call) => call.call_id));
+    for (const call of run.pending_approvals) box.append(approvalNode(run, call, writes));
     for (const call of run.pending_calls) {
-      box.append(el("div", "small pending", "pending tool call " + call.name + " (" + call.call_id + ")"));
+      if (!asking.has(call.call_id)) box.append(el("div", "small pending", "pending tool call " + call.name + " (" + call.call_id + ")"));
     }
+    for (const d of run.decisions) box.append(el("div", "small decision" + (d.approved ? "" : " rejected"), decisionText(d)));
     for (const callId of run.unknown_outcomes) {
       box.append(el("div", "small unknown", "outcome unknown after a crash: call " + callId));
     }
     if (run.error) box.append(el("div", "small error", "error: " + run.error.type + ": " + run.error.message));
     runs.append(box);
+  }
+}
+
+async function refreshRuns(generation, always) {
+  // Runs change in their checkpoints, not in the conversation: re-read them while shown
+  // (re-drawn only when they changed, so a message being typed is kept).
+  if (!state.id) return;
+  try {
+    const body = await api("/api/runs", { id: state.id });
+    if (generation !== state.generation) return;
+    const key = JSON.stringify(body.runs);
+    if (always || key !== shownRuns) {
+      shownRuns = key;
+      renderRuns(body);
+    }
+  } catch (error) {
+    // The next refresh tries again.
   }
 }
 
@@ -331,7 +411,8 @@ async function openSession(id, asOf) {
     pane.dataset.fresh = "1";
     if (!pane.hidden) toEnd(pane);
   }
-  api("/api/runs", { id }).then((runs) => { if (generation === state.generation) renderRuns(runs); }, () => {});
+  shownRuns = null;
+  refreshRuns(generation, true);
   if (asOf === null) {
     openStream(generation, body.as_of_seq);
   } else {
@@ -391,8 +472,7 @@ function scheduleValues(generation) {
       const body = await api("/api/session", { id: state.id });
       if (generation !== state.generation || state.asOf !== null) return;
       renderInfo(body);
-      const runs = await api("/api/runs", { id: state.id });
-      if (generation === state.generation) renderRuns(runs);
+      await refreshRuns(generation, false);
     } catch (error) {
       // The next event schedules another try.
     }
@@ -492,6 +572,7 @@ async function start() {
   window.addEventListener("hashchange", route);
   await loadSessions(false);
   setInterval(refreshSessions, LIST_POLL_MS);
+  setInterval(() => { if (!$("runs-pane").hidden) refreshRuns(state.generation, false); }, LIST_POLL_MS);
   route();
 }
 
