@@ -627,7 +627,7 @@ class TidelogSaver(BaseCheckpointSaver[int]):
     async def _t_copy(self, source: str, target: str) -> None:
         source_id, target_id = self.session_id(source), self.session_id(target)
         try:
-            await self._rt.fork(source_id, target_id)
+            await self._rt.fork(source_id, target_id, internal=True)
         except SessionNotFoundError:
             return
         except SessionExistsError:
