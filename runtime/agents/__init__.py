@@ -29,6 +29,7 @@ from ._checkpoints import (
 )
 from ._checkpoints_memory import MemoryCheckpointer
 from ._checkpoints_runtime import RuntimeCheckpointer
+from ._closing import close_interrupted_run
 from ._completion import complete_run
 from ._errors import (
     AgentNotFoundError,
@@ -207,6 +208,7 @@ __all__ = [
     "check_fork_point",
     "checkpoint_sessions",
     "checkpoints",
+    "close_interrupted_run",
     "complete_run",
     "conversation_sessions",
     "drop_dangling_tool_calls",

@@ -10,11 +10,12 @@ import subprocess
 import sys
 from collections.abc import AsyncIterator
 
+import attrs
 import pytest
 import trio
 import trio.testing
 
-from runtime import MemoryStore, Runtime, open_runtime
+from runtime import InvalidArgumentError, MemoryStore, Runtime, open_runtime
 from runtime.agents import (
     Agent,
     CheckpointOptions,
@@ -22,11 +23,15 @@ from runtime.agents import (
     ModelResponse,
     RequestedCall,
     Runner,
+    RunNotFoundError,
     RunResult,
     RunStopped,
+    ToolCall,
     ToolResult,
     checkpoints,
+    close_interrupted_run,
     function_tool,
+    history,
     request_stop,
 )
 
@@ -197,3 +202,72 @@ def test_a_run_in_a_child_process_is_stopped_from_the_parent(tmp_path: pathlib.P
             assert [e.output for e in snap.entries if isinstance(e, ToolResult)] == ["seen"]
 
     trio.run(check)
+
+
+async def test_an_interrupted_run_closes_into_its_history_without_dangling_calls(
+    rt: Runtime,
+) -> None:
+    """lovia's close: a stopped run goes into its conversation as one completed segment,
+    calls without a result dropped, its checkpoint completed; a second close writes
+    nothing; a replay returns the stored result without asking the model."""
+    model = Slow()
+    options = CheckpointOptions(checkpoints(rt), "r")
+
+    async def host() -> None:
+        await Runner.run(_agent(model), "go", runtime=rt, session_id="chat", checkpoint=options)
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(host)
+        await model.asked.wait()
+        assert (await request_stop(rt, "r", by="ops", reason="maintenance")).requested
+    # A call the model asked for that never ran, as a crash would leave it.
+    snap = await checkpoints(rt).load("r")
+    assert snap is not None
+    assert snap.head.status == "interrupted"
+    await checkpoints(rt).append("r", [ToolCall("c9", "look", {})], snap.head)
+    before = await rt.stat("chat")
+
+    closed = await close_interrupted_run(checkpoints(rt), history(rt), "r")
+    assert closed.head.status == "completed"
+    assert closed.head.error is None
+    entries = await history(rt).load("chat")
+    calls = [e.call_id for e in entries if isinstance(e, ToolCall)]
+    results = [e.call_id for e in entries if isinstance(e, ToolResult)]
+    assert calls == results == ["c1"]  # the dangling c9 was dropped, c1 kept with its result
+    reloaded = await checkpoints(rt).load("r")
+    assert reloaded is not None
+    assert reloaded.head.status == "completed"
+    head = (await rt.stat("chat")).head  # type: ignore[union-attr]
+    again = await close_interrupted_run(checkpoints(rt), history(rt), "r")
+    assert again.head.status == "completed"
+    assert (await rt.stat("chat")).head == head  # type: ignore[union-attr]
+    assert before is None or before.head < head
+    asked = model.requests
+    replay = await Runner.run(
+        _agent(model), "go", runtime=rt, session_id="chat", checkpoint=options
+    )
+    assert replay.status == "completed"
+    assert model.requests == asked  # replayed from the checkpoint, no model call
+
+
+async def test_closing_refuses_a_run_that_is_not_interrupted(rt: Runtime) -> None:
+    """Only a stopped run closes: an unknown run, a completed one and a run of no
+    conversation are refused with a named error, and nothing is written."""
+    with pytest.raises(RunNotFoundError):
+        await close_interrupted_run(checkpoints(rt), history(rt), "nobody")
+    model = Slow()
+    model.release.set()
+    options = CheckpointOptions(checkpoints(rt), "solo")
+    done = await Runner.run(_agent(model), "go", runtime=rt, checkpoint=options)
+    assert done.status == "completed"
+    with pytest.raises(InvalidArgumentError, match="not interrupted"):
+        await close_interrupted_run(checkpoints(rt), history(rt), "solo")
+    snap = await checkpoints(rt).load("solo")
+    assert snap is not None
+    interrupted = attrs.evolve(snap.head, status="interrupted")
+    await checkpoints(rt).append("solo", [], interrupted)
+    with pytest.raises(InvalidArgumentError, match="no conversation"):
+        await close_interrupted_run(checkpoints(rt), history(rt), "solo")
+    reloaded = await checkpoints(rt).load("solo")
+    assert reloaded is not None
+    assert reloaded.head.status == "interrupted"
