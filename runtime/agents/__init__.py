@@ -17,6 +17,12 @@ from ._approvals import (
     awaiting_approval,
     reject,
 )
+from ._array_log import (
+    ArrayStoreLog,
+    ArrayStoreUnsupportedError,
+    ArrayWriteUnknownError,
+    MessageArrayStore,
+)
 from ._checkpoints import (
     Checkpointer,
     CheckpointOptions,
@@ -30,6 +36,14 @@ from ._checkpoints import (
 from ._checkpoints_memory import MemoryCheckpointer
 from ._checkpoints_runtime import RuntimeCheckpointer
 from ._completion import complete_run
+from ._context import (
+    FACT_KIND,
+    ContextProjection,
+    FactsProjection,
+    context_view,
+    pinned_fact,
+    verified_artifact,
+)
 from ._errors import (
     AgentNotFoundError,
     ForkPointError,
@@ -121,6 +135,7 @@ if TYPE_CHECKING:  # imported lazily at run time (see __getattr__)
     from ._openai_responses import OpenAIResponsesModel
 
 __all__ = [
+    "FACT_KIND",
     "TOOL_OUTCOME_UNKNOWN",
     "UNPARSED_ARGUMENTS",
     "Agent",
@@ -129,14 +144,19 @@ __all__ = [
     "AnthropicModel",
     "ApprovalNotPendingError",
     "ApprovalPolicy",
+    "ArrayStoreLog",
+    "ArrayStoreUnsupportedError",
+    "ArrayWriteUnknownError",
     "AssistantMessage",
     "AwaitingApproval",
     "CheckpointOptions",
     "CheckpointSession",
     "Checkpointer",
+    "ContextProjection",
     "ConversationProjection",
     "Decision",
     "Entry",
+    "FactsProjection",
     "ForkPointError",
     "FunctionTool",
     "Handoff",
@@ -145,6 +165,7 @@ __all__ = [
     "MaxTurnsExceededError",
     "MemoryCheckpointer",
     "MemoryHistory",
+    "MessageArrayStore",
     "Model",
     "ModelConnectionError",
     "ModelError",
@@ -208,6 +229,7 @@ __all__ = [
     "checkpoint_sessions",
     "checkpoints",
     "complete_run",
+    "context_view",
     "conversation_sessions",
     "drop_dangling_tool_calls",
     "entry_from_json",
@@ -217,10 +239,12 @@ __all__ = [
     "history",
     "list_runs",
     "pending_tool_calls",
+    "pinned_fact",
     "prune",
     "reject",
     "request_stop",
     "unwrap_group",
+    "verified_artifact",
 ]
 
 #: The provider adapters, imported on first use: each needs its SDK (an optional extra).
