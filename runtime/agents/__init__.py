@@ -97,6 +97,7 @@ from ._output import OutputValidationError
 from ._projections import ConversationProjection, TurnsProjection, agent_projections
 from ._provider import RetryPolicy
 from ._registry import checkpoints, history
+from ._restore import Anchor, RestoreReport, checkpoint_anchors, restore_session
 from ._retention import (
     CheckpointSession,
     PruneAction,
@@ -107,6 +108,7 @@ from ._retention import (
 )
 from ._runner import Runner
 from ._runs import RunOverview, list_runs
+from ._sidecars import DEFAULT_SNAPSHOT_QUOTA, FILE_SNAPSHOT
 from ._stopping import StopOutcome, request_stop
 from ._tools import (
     ApprovalPolicy,
@@ -135,12 +137,15 @@ if TYPE_CHECKING:  # imported lazily at run time (see __getattr__)
     from ._openai_responses import OpenAIResponsesModel
 
 __all__ = [
+    "DEFAULT_SNAPSHOT_QUOTA",
     "FACT_KIND",
+    "FILE_SNAPSHOT",
     "TOOL_OUTCOME_UNKNOWN",
     "UNPARSED_ARGUMENTS",
     "Agent",
     "AgentNotFoundError",
     "AlreadyDecidedError",
+    "Anchor",
     "AnthropicModel",
     "ApprovalNotPendingError",
     "ApprovalPolicy",
@@ -184,6 +189,7 @@ __all__ = [
     "PruneAction",
     "PruneReport",
     "RequestedCall",
+    "RestoreReport",
     "RetryPolicy",
     "RunCompleted",
     "RunContext",
@@ -226,6 +232,7 @@ __all__ = [
     "awaiting_approval",
     "begin_run",
     "check_fork_point",
+    "checkpoint_anchors",
     "checkpoint_sessions",
     "checkpoints",
     "complete_run",
@@ -243,6 +250,7 @@ __all__ = [
     "prune",
     "reject",
     "request_stop",
+    "restore_session",
     "unwrap_group",
     "verified_artifact",
 ]

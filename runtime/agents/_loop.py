@@ -50,6 +50,7 @@ from ._events import (
 )
 from ._history import History
 from ._models import Model, ModelRequest, ModelResponse, StreamingModel, Usage
+from ._sidecars import CallSink
 from ._stopping import StopRequested
 from ._tools import FunctionTool, RunContext, ToolArgumentsError
 from ._transcript import (
@@ -299,7 +300,8 @@ class Run:
         await self.hooks.on_tool_start(self.ctx, call)
         self.dispatched.add(call.call_id)  # from here on its body may have run
         try:
-            output = await tool.call(self.ctx, kwargs)
+            ctx = attrs.evolve(self.ctx, call_id=call.call_id, sink=CallSink(self, call.call_id))
+            output = await tool.call(ctx, kwargs)
             result = ToolResult(call.call_id, output)
         except trio.TooSlowError:
             text = f"TimeoutError: the tool {tool.name!r} did not finish within {tool.timeout}s"
