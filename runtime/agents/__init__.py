@@ -130,6 +130,7 @@ from ._transcript import (
     entry_to_json,
     pending_tool_calls,
 )
+from ._typed_output import OutputNotStorableError
 
 if TYPE_CHECKING:  # imported lazily at run time (see __getattr__)
     from ._anthropic import AnthropicModel
@@ -185,6 +186,7 @@ __all__ = [
     "ModelTurn",
     "OpenAIChatModel",
     "OpenAIResponsesModel",
+    "OutputNotStorableError",
     "OutputValidationError",
     "PruneAction",
     "PruneReport",

@@ -50,6 +50,7 @@ from ._events import (
 )
 from ._history import History
 from ._models import Model, ModelRequest, ModelResponse, StreamingModel, Usage
+from ._output import OutputSchema
 from ._sidecars import CallSink
 from ._stopping import StopRequested
 from ._tools import FunctionTool, RunContext, ToolArgumentsError
@@ -61,6 +62,7 @@ from ._transcript import (
     ToolResult,
     pending_tool_calls,
 )
+from ._typed_output import check_storable
 
 __all__ = ["TOOL_OUTCOME_UNKNOWN", "Run", "drive", "unknown_outcome_text"]
 
@@ -116,6 +118,13 @@ class Run:
     #: in flight then, if any, is cancelled through ``model_scope``.
     stop_reason: str | None = None
     model_scope: trio.CancelScope | None = None
+    #: The run call's ``output_type`` (overrides every agent's), if it had one.
+    output_override: OutputSchema | None = None
+
+    @property
+    def output(self) -> OutputSchema | None:
+        """The output type the final answer must fit."""
+        return self.output_override or self.agent.output
 
     def request_stop(self, reason: str) -> None:
         """Stop at the next safe point: now if a model request is in flight (nothing of
@@ -323,7 +332,7 @@ class Run:
         if model is None:
             raise InvalidArgumentError(f"agent {self.agent.name!r} has no model")
         await self.barrier()
-        output = self.agent.output
+        output = self.output
         request = ModelRequest(
             self.agent.name,
             self.agent.system_prompt(self.ctx),
@@ -411,8 +420,9 @@ class Run:
         output type, if it has one: :class:`OutputValidationError` fails the run)."""
         output: JSON = response.text
         final: Any = response.text
-        if self.agent.output is not None:
-            output, final = self.agent.output.parse(self.agent.name, response.text)
+        if self.output is not None:
+            output, final = self.output.parse(self.agent.name, response.text)
+            check_storable(self.run_id, output)
         await self.complete(output)
         return self.result(output, response.finish_reason or "stop", final)
 
