@@ -137,7 +137,14 @@ class Run:
     @property
     def ctx(self) -> RunContext:
         """The context tools and dynamic instructions see."""
-        return RunContext(self.run_id, self.session_id, self.agent.name, self.context)
+        return RunContext(
+            self.run_id,
+            self.session_id,
+            self.agent.name,
+            self.context,
+            turn=self.turns,
+            transcript=(*self.prior, *self.entries),
+        )
 
     def head(
         self, status: str, *, output: JSON = None, error: BaseException | None = None

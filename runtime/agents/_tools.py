@@ -29,7 +29,7 @@ from stores._records import decode_json, encode_json
 from ._models import UNPARSED_ARGUMENTS
 from ._schema import describe_errors, parse_docs, pydantic_type, strict_schema
 from ._sidecars import DEFAULT_SNAPSHOT_QUOTA, CallSink
-from ._transcript import SidecarEntry, ToolCall
+from ._transcript import Entry, SidecarEntry, ToolCall
 
 __all__ = [
     "ApprovalPolicy",
@@ -55,6 +55,12 @@ class RunContext:
     agent: str
     context: Any = None
     call_id: str | None = None
+    #: Model turns of this run so far (resumes included): 1 while the tools of the first
+    #: turn run, 0 in the instructions of the first request.
+    turn: int = 0
+    #: The conversation so far -- the history loaded for the run, then this run's entries
+    #: (the messages the model has seen, and the tool calls being run): read-only.
+    transcript: tuple[Entry, ...] = ()
     _sink: CallSink | None = attrs.field(default=None, repr=False, alias="sink")
 
     def _call_sink(self, what: str) -> CallSink:
