@@ -74,6 +74,7 @@ from ._events import (
     ToolStarted,
 )
 from ._fork import check_fork_point, fork_conversation
+from ._handoffs import AgentHandoff
 from ._history import History, Segment
 from ._history_memory import MemoryHistory
 from ._history_runtime import RuntimeHistory
@@ -144,6 +145,7 @@ __all__ = [
     "TOOL_OUTCOME_UNKNOWN",
     "UNPARSED_ARGUMENTS",
     "Agent",
+    "AgentHandoff",
     "AgentNotFoundError",
     "AlreadyDecidedError",
     "Anchor",
