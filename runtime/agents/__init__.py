@@ -97,6 +97,7 @@ from ._models import (
 from ._output import OutputValidationError
 from ._projections import ConversationProjection, TurnsProjection, agent_projections
 from ._provider import RetryPolicy
+from ._raw_arguments import raw_arguments
 from ._registry import checkpoints, history
 from ._restore import Anchor, RestoreReport, checkpoint_anchors, restore_session
 from ._retention import (
@@ -252,6 +253,7 @@ __all__ = [
     "pending_tool_calls",
     "pinned_fact",
     "prune",
+    "raw_arguments",
     "reject",
     "request_stop",
     "restore_session",
