@@ -28,6 +28,7 @@ from runtime.agents import (
     SidecarEntry,
     ToolCall,
     ToolResult,
+    UserMessage,
     agent_projections,
     checkpoint_anchors,
     checkpoints,
@@ -286,3 +287,30 @@ def test_restore_after_a_host_was_killed_mid_tool(tmp_path: pathlib.Path) -> Non
 
     trio.run(restore)
     assert target.read_text() == "before"
+
+
+async def test_a_failing_file_write_leaves_the_conversation_uncut(
+    rt: Runtime, tmp_path: pathlib.Path
+) -> None:
+    """A path that cannot be written raises its OSError before the conversation is cut;
+    once the obstacle is gone, restoring again restores everything."""
+    good, blocked = tmp_path / "good.txt", tmp_path / "sub" / "c.txt"
+    snaps = [
+        SidecarEntry(
+            FILE_SNAPSHOT,
+            {"path": str(p), "existed": True, "size": 2, "truncated": False, "content": "djA="},
+        )
+        for p in (good, blocked)
+    ]
+    await history(rt).append("s", [UserMessage("edit"), *snaps], run_id="r")
+    (tmp_path / "sub").write_text("a file where the directory was")
+    before = await history(rt).load("s")
+    with pytest.raises(OSError):  # noqa: PT011 -- whichever OSError the platform gives
+        await restore_session(history(rt), "s", 0)
+    assert good.read_text() == "v0"
+    assert await history(rt).load("s") == before
+    (tmp_path / "sub").unlink()
+    report = await restore_session(history(rt), "s", 0)
+    assert report.restored == (str(good), str(blocked))
+    assert blocked.read_text() == "v0"
+    assert await history(rt).load("s") == []
