@@ -18,10 +18,11 @@ import tempfile
 import attrs
 import trio
 
-from runtime import JSON, InvalidArgumentError
+from runtime import JSON, InvalidArgumentError, StoredEvent
 
 from ._checkpoints import Checkpointer
-from ._history_runtime import RuntimeHistory, _parse
+from ._history import SEGMENT_KIND
+from ._history_runtime import RuntimeHistory
 from ._sidecars import snapshot_data
 from ._transcript import UserMessage, entry_from_stored
 
@@ -51,6 +52,21 @@ class RestoreReport:
     removed_entries: int = 0
 
 
+def _segments(events: list[StoredEvent]) -> list[list[StoredEvent]]:
+    """The events of each committed segment (a run's events up to its marker, the marker
+    last), in order: events of a run without a marker are not in the conversation."""
+    open_runs: dict[str, list[StoredEvent]] = {}
+    out: list[list[StoredEvent]] = []
+    for event in events:
+        if event.run_id is None:
+            continue
+        stored = open_runs.setdefault(event.run_id, [])
+        stored.append(event)
+        if event.kind == SEGMENT_KIND:
+            out.append(open_runs.pop(event.run_id))
+    return out
+
+
 def _check_history(history: object) -> RuntimeHistory:
     if not isinstance(history, RuntimeHistory):
         raise InvalidArgumentError(
@@ -66,8 +82,8 @@ async def checkpoint_anchors(history: RuntimeHistory, session_id: str) -> list[A
     history = _check_history(history)
     events = [e async for e in history.runtime.iter_events(session_id)]
     anchors: list[Anchor] = []
-    for parsed in _parse(events):
-        for event in parsed.events:
+    for segment in _segments(events):
+        for event in segment:
             entry = entry_from_stored(event) if event.kind == "user" else None
             if isinstance(entry, UserMessage):
                 anchors.append(Anchor(event.seq - 1, entry.text, event.run_id))
@@ -132,11 +148,11 @@ async def restore_session(
     head = events[-1].seq if events else 0
     if to_seq > head:
         raise InvalidArgumentError(f"to_seq {to_seq} is past the session's head {head}")
-    parsed = _parse(events)
+    parsed = _segments(events)
     plan: dict[str, bytes | None] = {}
     skipped: list[str] = []
     if files:
-        later: list[JSON] = [e.data for p in parsed for e in p.events if e.seq > to_seq]
+        later: list[JSON] = [e.data for p in parsed for e in p if e.seq > to_seq]
         if checkpointer is not None:
             later.extend(await _unfinished_snapshots(history, session_id, checkpointer))
         seen: set[str] = set()
@@ -151,7 +167,7 @@ async def restore_session(
                 skipped.append(path)
             else:
                 plan[path] = _content(snap)
-    keep = sum(1 for p in parsed for e in p.events[:-1] if e.seq <= to_seq)
+    keep = sum(1 for p in parsed for e in p[:-1] if e.seq <= to_seq)
     restored: list[str] = []
     deleted: list[str] = []
     for path, content in plan.items():
