@@ -17,6 +17,12 @@ from ._approvals import (
     awaiting_approval,
     reject,
 )
+from ._array_log import (
+    ArrayStoreLog,
+    ArrayStoreUnsupportedError,
+    ArrayWriteUnknownError,
+    MessageArrayStore,
+)
 from ._checkpoints import (
     Checkpointer,
     CheckpointOptions,
@@ -31,6 +37,14 @@ from ._checkpoints_memory import MemoryCheckpointer
 from ._checkpoints_runtime import RuntimeCheckpointer
 from ._closing import close_interrupted_run
 from ._completion import complete_run
+from ._context import (
+    FACT_KIND,
+    ContextProjection,
+    FactsProjection,
+    context_view,
+    pinned_fact,
+    verified_artifact,
+)
 from ._errors import (
     AgentNotFoundError,
     ForkPointError,
@@ -61,6 +75,7 @@ from ._events import (
     ToolStarted,
 )
 from ._fork import check_fork_point, fork_conversation
+from ._handoffs import AgentHandoff
 from ._history import History, Segment
 from ._history_memory import MemoryHistory
 from ._history_runtime import RuntimeHistory
@@ -83,7 +98,9 @@ from ._models import (
 from ._output import OutputValidationError
 from ._projections import ConversationProjection, TurnsProjection, agent_projections
 from ._provider import RetryPolicy
+from ._raw_arguments import raw_arguments
 from ._registry import checkpoints, history
+from ._restore import Anchor, RestoreReport, checkpoint_anchors, restore_session
 from ._retention import (
     CheckpointSession,
     PruneAction,
@@ -94,6 +111,7 @@ from ._retention import (
 )
 from ._runner import Runner
 from ._runs import RunOverview, list_runs
+from ._sidecars import DEFAULT_SNAPSHOT_QUOTA, FILE_SNAPSHOT
 from ._stopping import StopOutcome, request_stop
 from ._tools import (
     ApprovalPolicy,
@@ -115,6 +133,7 @@ from ._transcript import (
     entry_to_json,
     pending_tool_calls,
 )
+from ._typed_output import OutputNotStorableError
 
 if TYPE_CHECKING:  # imported lazily at run time (see __getattr__)
     from ._anthropic import AnthropicModel
@@ -122,22 +141,32 @@ if TYPE_CHECKING:  # imported lazily at run time (see __getattr__)
     from ._openai_responses import OpenAIResponsesModel
 
 __all__ = [
+    "DEFAULT_SNAPSHOT_QUOTA",
+    "FACT_KIND",
+    "FILE_SNAPSHOT",
     "TOOL_OUTCOME_UNKNOWN",
     "UNPARSED_ARGUMENTS",
     "Agent",
+    "AgentHandoff",
     "AgentNotFoundError",
     "AlreadyDecidedError",
+    "Anchor",
     "AnthropicModel",
     "ApprovalNotPendingError",
     "ApprovalPolicy",
+    "ArrayStoreLog",
+    "ArrayStoreUnsupportedError",
+    "ArrayWriteUnknownError",
     "AssistantMessage",
     "AwaitingApproval",
     "CheckpointOptions",
     "CheckpointSession",
     "Checkpointer",
+    "ContextProjection",
     "ConversationProjection",
     "Decision",
     "Entry",
+    "FactsProjection",
     "ForkPointError",
     "FunctionTool",
     "Handoff",
@@ -146,6 +175,7 @@ __all__ = [
     "MaxTurnsExceededError",
     "MemoryCheckpointer",
     "MemoryHistory",
+    "MessageArrayStore",
     "Model",
     "ModelConnectionError",
     "ModelError",
@@ -160,10 +190,12 @@ __all__ = [
     "ModelTurn",
     "OpenAIChatModel",
     "OpenAIResponsesModel",
+    "OutputNotStorableError",
     "OutputValidationError",
     "PruneAction",
     "PruneReport",
     "RequestedCall",
+    "RestoreReport",
     "RetryPolicy",
     "RunCompleted",
     "RunContext",
@@ -206,10 +238,12 @@ __all__ = [
     "awaiting_approval",
     "begin_run",
     "check_fork_point",
+    "checkpoint_anchors",
     "checkpoint_sessions",
     "checkpoints",
     "close_interrupted_run",
     "complete_run",
+    "context_view",
     "conversation_sessions",
     "drop_dangling_tool_calls",
     "entry_from_json",
@@ -219,10 +253,14 @@ __all__ = [
     "history",
     "list_runs",
     "pending_tool_calls",
+    "pinned_fact",
     "prune",
+    "raw_arguments",
     "reject",
     "request_stop",
+    "restore_session",
     "unwrap_group",
+    "verified_artifact",
 ]
 
 #: The provider adapters, imported on first use: each needs its SDK (an optional extra).

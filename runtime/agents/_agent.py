@@ -15,6 +15,7 @@ import attrs
 
 from stores import JSON, InvalidArgumentError
 
+from ._handoffs import AgentHandoff
 from ._models import Model
 from ._output import OutputSchema
 from ._tools import FunctionTool, RunContext
@@ -27,10 +28,15 @@ def handoff_tool_name(agent_name: str) -> str:
     return f"transfer_to_{agent_name}"
 
 
-def _handoff_schema(agent: Agent) -> dict[str, JSON]:
+def _route(handoff: Agent | AgentHandoff) -> AgentHandoff:
+    """A bare agent as the handoff it stands for."""
+    return handoff if isinstance(handoff, AgentHandoff) else AgentHandoff(handoff)
+
+
+def _handoff_schema(handoff: AgentHandoff) -> dict[str, JSON]:
     return {
-        "name": handoff_tool_name(agent.name),
-        "description": f"Hand off to {agent.name}",
+        "name": handoff.name,
+        "description": handoff.description,
         "parameters": {
             "type": "object",
             "properties": {},
@@ -54,19 +60,29 @@ class Agent:
     name: str
     instructions: str | Callable[[RunContext], str]
     tools: Sequence[FunctionTool] = ()
-    handoffs: Sequence[Agent] = ()
+    handoffs: Sequence[Agent | AgentHandoff] = ()
     model: Model | None = None
     output_type: Any = None
     output: OutputSchema | None = attrs.field(init=False, default=None, repr=False)
+    #: ``handoffs`` as :class:`AgentHandoff` objects (a bare agent with the defaults).
+    routes: tuple[AgentHandoff, ...] = attrs.field(init=False, default=(), repr=False)
 
     def __attrs_post_init__(self) -> None:
         if not isinstance(self.name, str) or not self.name:
             raise InvalidArgumentError("Agent.name must be a non-empty str")
-        names = [t.name for t in self.tools] + [handoff_tool_name(a.name) for a in self.handoffs]
+        for h in self.handoffs:
+            if not isinstance(h, Agent | AgentHandoff):
+                raise InvalidArgumentError(
+                    f"agent {self.name!r}: a handoff must be an Agent or an AgentHandoff, "
+                    f"not {type(h).__name__}"
+                )
+        routes = tuple(_route(h) for h in self.handoffs)
+        names = [t.name for t in self.tools] + [r.name for r in routes]
         if len(set(names)) != len(names):
             raise InvalidArgumentError(f"agent {self.name!r}: duplicate tool names {names}")
         object.__setattr__(self, "tools", tuple(self.tools))
         object.__setattr__(self, "handoffs", tuple(self.handoffs))
+        object.__setattr__(self, "routes", routes)
         if self.output_type is not None:
             object.__setattr__(self, "output", OutputSchema.of(self.output_type))
 
@@ -77,7 +93,7 @@ class Agent:
     def tool_schemas(self) -> tuple[dict[str, JSON], ...]:
         """The tools as the model sees them: the function tools, then the handoffs."""
         return tuple(t.schema() for t in self.tools) + tuple(
-            _handoff_schema(a) for a in self.handoffs
+            _handoff_schema(r) for r in self.routes
         )
 
     def tool(self, name: str) -> FunctionTool | None:
@@ -86,7 +102,7 @@ class Agent:
 
     def handoff(self, tool_name: str) -> Agent | None:
         """The agent a handoff tool call switches to, if ``tool_name`` is one."""
-        return next((a for a in self.handoffs if handoff_tool_name(a.name) == tool_name), None)
+        return next((r.target for r in self.routes if r.name == tool_name), None)
 
     def find(self, name: str) -> Agent | None:
         """Resolve an agent by name through this agent's handoff graph (itself included)."""
@@ -99,5 +115,5 @@ class Agent:
             seen.add(id(agent))
             if agent.name == name:
                 return agent
-            stack.extend(agent.handoffs)
+            stack.extend(r.target for r in agent.routes)
         return None

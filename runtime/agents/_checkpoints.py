@@ -269,7 +269,8 @@ class CheckpointOptions:
     ``delete_on_success`` deletes the checkpoint once the run completed (its entries are
     in the conversation history by then), also when a completed run is replayed.
     ``resume_from`` resumes from a snapshot you hold instead of the stored one; its run_id
-    must equal ``run_id``. ``wait_for_owner``: when another runner holds the run (a live
+    must equal ``run_id``, or ``run_id`` may be left out: it is then the snapshot's.
+    ``wait_for_owner``: when another runner holds the run (a live
     run in another task, process or host), wait for it to let go instead of raising
     :class:`~stores.SessionOwnedError`. ``wait_for_decisions``: when the run stops
     awaiting approval, let go of it, follow its checkpoint (the runtime's tail) until
@@ -280,7 +281,7 @@ class CheckpointOptions:
     """
 
     checkpointer: Checkpointer
-    run_id: str
+    run_id: str = ""
     if_run_exists: IfRunExists = attrs.field(default="resume", kw_only=True)
     delete_on_success: bool = attrs.field(default=False, kw_only=True)
     resume_from: RunSnapshot | None = attrs.field(default=None, kw_only=True)
@@ -292,6 +293,12 @@ class CheckpointOptions:
             raise InvalidArgumentError(
                 f"checkpointer must implement Checkpointer, not {type(self.checkpointer).__name__}"
             )
+        if self.resume_from is not None and not isinstance(self.resume_from, RunSnapshot):
+            raise InvalidArgumentError("resume_from must be a RunSnapshot or None")
+        if self.run_id in ("", None):
+            if self.resume_from is None:
+                raise InvalidArgumentError("CheckpointOptions needs a run_id (or resume_from)")
+            object.__setattr__(self, "run_id", self.resume_from.run_id)
         check_run_id(self.run_id)
         if self.if_run_exists not in IF_RUN_EXISTS:
             raise InvalidArgumentError(
@@ -308,13 +315,10 @@ class CheckpointOptions:
                 "wait_for_decisions needs a checkpointer on a runtime (it follows the run's "
                 "session for the decisions)"
             )
-        if self.resume_from is not None:
-            if not isinstance(self.resume_from, RunSnapshot):
-                raise InvalidArgumentError("resume_from must be a RunSnapshot or None")
-            if self.resume_from.run_id != self.run_id:
-                raise InvalidArgumentError(
-                    f"resume_from is run {self.resume_from.run_id!r}, not {self.run_id!r}"
-                )
+        if self.resume_from is not None and self.resume_from.run_id != self.run_id:
+            raise InvalidArgumentError(
+                f"resume_from is run {self.resume_from.run_id!r}, not {self.run_id!r}"
+            )
 
 
 async def begin_run(options: CheckpointOptions) -> RunSnapshot | None:

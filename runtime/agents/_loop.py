@@ -50,6 +50,8 @@ from ._events import (
 )
 from ._history import History
 from ._models import Model, ModelRequest, ModelResponse, StreamingModel, Usage
+from ._output import OutputSchema
+from ._sidecars import CallSink
 from ._stopping import StopRequested
 from ._tools import FunctionTool, RunContext, ToolArgumentsError
 from ._transcript import (
@@ -60,6 +62,7 @@ from ._transcript import (
     ToolResult,
     pending_tool_calls,
 )
+from ._typed_output import check_storable
 
 __all__ = ["TOOL_OUTCOME_UNKNOWN", "Run", "drive", "unknown_outcome_text"]
 
@@ -115,6 +118,13 @@ class Run:
     #: in flight then, if any, is cancelled through ``model_scope``.
     stop_reason: str | None = None
     model_scope: trio.CancelScope | None = None
+    #: The run call's ``output_type`` (overrides every agent's), if it had one.
+    output_override: OutputSchema | None = None
+
+    @property
+    def output(self) -> OutputSchema | None:
+        """The output type the final answer must fit."""
+        return self.output_override or self.agent.output
 
     def request_stop(self, reason: str) -> None:
         """Stop at the next safe point: now if a model request is in flight (nothing of
@@ -127,7 +137,14 @@ class Run:
     @property
     def ctx(self) -> RunContext:
         """The context tools and dynamic instructions see."""
-        return RunContext(self.run_id, self.session_id, self.agent.name, self.context)
+        return RunContext(
+            self.run_id,
+            self.session_id,
+            self.agent.name,
+            self.context,
+            turn=self.turns,
+            transcript=(*self.prior, *self.entries),
+        )
 
     def head(
         self, status: str, *, output: JSON = None, error: BaseException | None = None
@@ -299,7 +316,8 @@ class Run:
         await self.hooks.on_tool_start(self.ctx, call)
         self.dispatched.add(call.call_id)  # from here on its body may have run
         try:
-            output = await tool.call(self.ctx, kwargs)
+            ctx = attrs.evolve(self.ctx, call_id=call.call_id, sink=CallSink(self, call.call_id))
+            output = await tool.call(ctx, kwargs)
             result = ToolResult(call.call_id, output)
         except trio.TooSlowError:
             text = f"TimeoutError: the tool {tool.name!r} did not finish within {tool.timeout}s"
@@ -321,7 +339,7 @@ class Run:
         if model is None:
             raise InvalidArgumentError(f"agent {self.agent.name!r} has no model")
         await self.barrier()
-        output = self.agent.output
+        output = self.output
         request = ModelRequest(
             self.agent.name,
             self.agent.system_prompt(self.ctx),
@@ -409,8 +427,9 @@ class Run:
         output type, if it has one: :class:`OutputValidationError` fails the run)."""
         output: JSON = response.text
         final: Any = response.text
-        if self.agent.output is not None:
-            output, final = self.agent.output.parse(self.agent.name, response.text)
+        if self.output is not None:
+            output, final = self.output.parse(self.agent.name, response.text)
+            check_storable(self.run_id, output)
         await self.complete(output)
         return self.result(output, response.finish_reason or "stop", final)
 

@@ -22,9 +22,11 @@ from ._events import NO_HOOKS, RunCompleted, RunEvent, RunFailed, RunHooks, RunR
 from ._history import History
 from ._loop import Run, drive
 from ._models import Usage
+from ._output import OutputSchema
 from ._registry import history as runtime_history
 from ._stopping import stop_cursor, watch_stops
 from ._transcript import Entry, UserMessage
+from ._typed_output import output_schema, refuse_unstorable
 
 __all__ = ["Runner"]
 
@@ -47,8 +49,14 @@ class Runner:
         context: Any = None,
         hooks: RunHooks | None = None,
         history: History | None = None,
+        output_type: Any = None,
     ) -> RunResult:
         """Run ``agent`` on ``input`` until the model answers without tool calls.
+
+        ``output_type``: the type the final answer must fit, overriding the agents' own
+        (see ``Agent(output_type=...)``); pass it again when replaying a completed run to
+        get the output back as that type. An output that cannot be stored as JSON fails
+        the run with :class:`OutputNotStorableError`, and so does re-issuing it.
 
         ``session_id``: load the conversation history first, and append this run's
         entries as a segment when it completes. ``checkpoint``: claim the run (a second
@@ -90,6 +98,7 @@ class Runner:
                 hooks=hooks,
                 history=history,
                 emit=ignore,
+                output=output_schema(output_type),
                 stream=False,
             )
         )
@@ -107,6 +116,7 @@ class Runner:
         context: Any = None,
         hooks: RunHooks | None = None,
         history: History | None = None,
+        output_type: Any = None,
     ) -> AsyncIterator[trio.MemoryReceiveChannel[RunEvent]]:
         """Run as :meth:`run` in a background task and yield a channel of run events
         (``RunStarted``, ``ModelTurn``, ``ToolStarted``, ``ToolFinished``, ``Handoff``,
@@ -134,6 +144,7 @@ class Runner:
                             hooks=hooks,
                             history=history,
                             emit=send.send,
+                            output=output_schema(output_type),
                             stream=True,
                         )
                     )
@@ -164,6 +175,7 @@ class RunRequest:
     history: History | None
     emit: Callable[[RunEvent], Awaitable[None]]
     stream: bool
+    output: OutputSchema | None = None
 
 
 def _check(request: RunRequest) -> History:
@@ -237,8 +249,13 @@ async def _attempt(
             )
             snapshot = await begin_run(checkpoint)
         run_id = checkpoint.run_id if checkpoint is not None else uuid.uuid4().hex
+        if snapshot is not None:
+            refuse_unstorable(snapshot)
         if snapshot is not None and snapshot.head.status == "completed":
-            return await _replay(agent, snapshot, history, session_id, request.emit), None
+            replayed = await _replay(
+                agent, snapshot, history, session_id, request.emit, request.output
+            )
+            return replayed, None
         run = Run(
             runtime=request.runtime,
             entry_agent=agent,
@@ -252,6 +269,7 @@ async def _attempt(
             context=request.context,
             history=history,
             stream=request.stream,
+            output_override=request.output,
         )
         if home is None or since is None:
             result = await drive(run, snapshot, new_entries)
@@ -298,6 +316,7 @@ async def _replay(
     history: History,
     session_id: str | None,
     emit: Callable[[RunEvent], Awaitable[None]],
+    output: OutputSchema | None = None,
 ) -> RunResult:
     """A completed run: the stored output, the history append re-applied (it heals a
     segment missing after a crash or a failed history step), no model call."""
@@ -322,14 +341,16 @@ async def _replay(
         Usage.from_json(snapshot.head.usage),
         name,
         None,
-        _final_output(found, snapshot.head.output),
+        _final_output(found, snapshot.head.output, output),
     )
     await emit(RunCompleted(result, replayed=True))
     return result
 
 
-def _final_output(agent: Agent, stored: JSON) -> Any:
-    """The typed final output of a stored one (the agent's output type, if any)."""
-    if agent.output is None:
+def _final_output(agent: Agent, stored: JSON, override: OutputSchema | None = None) -> Any:
+    """The typed final output of a stored one (the run call's output type, else the
+    agent's, if any)."""
+    schema = override or agent.output
+    if schema is None:
         return stored
-    return agent.output.load(stored)
+    return schema.load(stored)

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import functools
 import inspect
+import os
 from collections.abc import Awaitable, Callable
 from typing import Any, Literal, TypeAlias, get_type_hints, overload
 
@@ -26,7 +27,8 @@ from stores import JSON, InvalidArgumentError, decode_json, encode_json
 
 from ._models import UNPARSED_ARGUMENTS
 from ._schema import describe_errors, parse_docs, pydantic_type, strict_schema
-from ._transcript import ToolCall
+from ._sidecars import DEFAULT_SNAPSHOT_QUOTA, CallSink
+from ._transcript import Entry, SidecarEntry, ToolCall
 
 __all__ = [
     "ApprovalPolicy",
@@ -41,12 +43,55 @@ __all__ = [
 @attrs.define
 class RunContext:
     """What a tool (or dynamic instructions) sees of the run: ids, the active agent, and
-    the caller's own ``context`` object (not persisted: pass it again on resume)."""
+    the caller's own ``context`` object (not persisted: pass it again on resume).
+
+    A tool's context also has ``call_id`` (its call) and can :meth:`record` sidecar
+    events and :meth:`snapshot_file` before changing a file; elsewhere (instructions,
+    hooks) ``call_id`` is ``None`` and those raise :class:`InvalidArgumentError`."""
 
     run_id: str
     session_id: str | None
     agent: str
     context: Any = None
+    call_id: str | None = None
+    #: Model turns of this run so far (resumes included): 1 while the tools of the first
+    #: turn run, 0 in the instructions of the first request.
+    turn: int = 0
+    #: The conversation so far -- the history loaded for the run, then this run's entries
+    #: (the messages the model has seen, and the tool calls being run): read-only.
+    transcript: tuple[Entry, ...] = ()
+    _sink: CallSink | None = attrs.field(default=None, repr=False, alias="sink")
+
+    def _call_sink(self, what: str) -> CallSink:
+        if self._sink is None:
+            raise InvalidArgumentError(f"{what} works only in a tool call's context")
+        return self._sink
+
+    async def record(self, kind: str, data: dict[str, JSON]) -> SidecarEntry:
+        """Record a sidecar event of this call: ``kind`` (not a conversation kind nor one
+        the loop records: tool_started, tool_aborted, approval_*), ``data`` a JSON object
+        to which ``"call_id"`` is added. It is checkpointed before the call's result (with
+        a checkpoint; else written with the run's history segment) and the conversation
+        ignores it. Async tools only (a sync body: ``trio.from_thread.run``).
+
+        Raises, recording nothing: :class:`InvalidArgumentError` (bad kind or data, over
+        the event size limit, not in a tool call). Once added, the entry is the run's:
+        a failing checkpoint save raises as the loop's own saves do
+        (:class:`CommitPendingError`: accepted, being retried; a store error: the entry
+        is written with the run's next save)."""
+        return await self._call_sink("RunContext.record").record(kind, data)
+
+    async def snapshot_file(
+        self, path: str | os.PathLike[str], *, quota_bytes: int = DEFAULT_SNAPSHOT_QUOTA
+    ) -> SidecarEntry:
+        """Record a ``file_snapshot`` of ``path`` as it is now (its bytes, or that it does
+        not exist), to call before the tool changes it: ``restore_session`` can write it
+        back. ``quota_bytes`` bounds the snapshot content stored per session (this run's
+        and the conversation's snapshots together): over it, or over the event size
+        limit, the snapshot is recorded as ``truncated`` without content, and a restore
+        skips that path. Raises as :meth:`record`; also for a directory."""
+        sink = self._call_sink("RunContext.snapshot_file")
+        return await sink.snapshot_file(path, quota_bytes)
 
 
 class ToolArgumentsError(InvalidArgumentError):
