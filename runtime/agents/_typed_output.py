@@ -15,8 +15,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from stores import JSON, InvalidArgumentError, TidelogError
-from stores._records import encode_json
+from stores import JSON, InvalidArgumentError, TidelogError, encode_json
 
 from ._checkpoints import RunSnapshot
 from ._output import OutputSchema
