@@ -16,6 +16,34 @@ if TYPE_CHECKING:  # the runtime is imported by the fixtures that use it, not by
     from runtime import Runtime
 
 
+#: The modules whose tests run longest (many subprocesses or whole programs each), longest
+#: first. The suite runs in two workers that take tests in collection order, so these
+#: start first and the run does not end with one worker on a long test while the other
+#: idles; then every other test marked ``slow``, then the rest, each in file order.
+LONGEST_FIRST = (
+    "test_bench_smoke",
+    "test_battery_kill",
+    "test_battery_model",
+    "test_readme",
+    "test_model_crash",
+    "test_addresses",
+    "test_basics",
+)
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Run the longest tests first (see :data:`LONGEST_FIRST`); the order within each
+    group is the collection's."""
+
+    def rank(item: pytest.Item) -> tuple[int, int]:
+        module = item.path.stem
+        if module in LONGEST_FIRST:
+            return 0, LONGEST_FIRST.index(module)
+        return (1, 0) if item.get_closest_marker("slow") else (2, 0)
+
+    items.sort(key=rank)
+
+
 @pytest.fixture
 def pg_schema() -> Iterator[tuple[str, str]]:
     """``(dsn, schema)``: a PostgreSQL schema of this test's own, dropped afterwards
