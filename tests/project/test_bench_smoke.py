@@ -33,11 +33,21 @@ ALTERNATIVES = ("openai-agents", "langgraph", "eventsourcing")
 #: W1 also runs the synchronous ones in worker threads and on the trio thread.
 W1_ONLY = ("langgraph-thread", "langgraph-lag", "eventsourcing-thread", "eventsourcing-lag")
 #: W14's LangGraph cases need LangGraph's SQLite saver (the ``bench`` extra), tidelog's
-#: too (they are judged against it).
-W14_OPTIONAL = tuple(
-    f"langgraph-{system}-{kind}"
-    for system in ("sqlite", "tidelog", "tidelog-normal")
-    for kind in ("one", "many")
+#: too (they are judged against it); its PostgreSQL cases need LangGraph's PostgreSQL
+#: saver or the SDK's SQLAlchemy session on asyncpg (the ``bench`` extra) and a server.
+W14_PG_SYSTEMS = ("postgres", "tidelog-pg", "tidelog-pg-normal")
+W14_OPTIONAL = (
+    *(
+        f"langgraph-{system}-{kind}"
+        for system in ("sqlite", "tidelog", "tidelog-normal")
+        for kind in ("one", "many")
+    ),
+    *(
+        f"{framework}-{system}-{kind}"
+        for framework in ("langgraph", "openai-agents")
+        for system in W14_PG_SYSTEMS
+        for kind in ("one", "many")
+    ),
 )
 
 #: (workload, case) pairs every run must report.
@@ -93,7 +103,7 @@ EXPECTED = {
     *(
         ("W14", f"W14/{framework}-{system}-{kind}")
         for framework in ("langgraph", "openai-agents")
-        for system in ("sqlite", "tidelog", "tidelog-normal")
+        for system in ("sqlite", "tidelog", "tidelog-normal", *W14_PG_SYSTEMS)
         for kind in ("one", "many")
     ),
 }
