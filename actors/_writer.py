@@ -357,8 +357,12 @@ class GroupCommitWriter:
                 if self._inline:
                     # A non-blocking store (memory) is called right here: no hop, and no
                     # extra trip through the scheduler (the loop yields at its next wait).
-                    self.lane.calls += 1
-                    results = self.lane.store.write_batch(ops, sync=sync)
+                    lane = self.lane
+                    lane.calls += 1
+                    if sync:
+                        results = lane.store.write_batch(ops, sync=True)
+                    else:  # the usual case, without a keyword argument
+                        results = lane.store.write_batch(ops)
                 else:
                     write_batch = functools.partial(self.lane.store.write_batch, sync=sync)
                     results = await self.lane.run(write_batch, ops)
@@ -375,24 +379,31 @@ class GroupCommitWriter:
             if len(results) != count:
                 raise RuntimeError(f"the store returned {len(results)} results for {count} ops")
             changed: set[str] = set()
-            sliced = count > DELIVERY_SLICE
-            delivered = 0
-            for members, result in zip(targets, results, strict=False):
+            if appends is not None:  # one actor's op: delivered without the loops below
+                actor.last_batch = number
+                if actor.commit_done(results[0]):  # resubmits what is still queued
+                    changed.add(actor.session_id)
+            else:
+                sliced = count > DELIVERY_SLICE
+                delivered = 0
+                for members, result in zip(targets, results, strict=False):
+                    if sliced:
+                        if delivered == DELIVERY_SLICE:
+                            # Let the waiters woken so far run before waking more: a big
+                            # batch never holds the event loop for all of its waiters'
+                            # work at once.
+                            await trio.lowlevel.cancel_shielded_checkpoint()
+                            delivered = 0
+                        delivered += 1
+                    for member in members:
+                        member.last_batch = number
+                        if member.commit_done(result):  # resubmits what is still queued
+                            changed.add(member.session_id)
                 if sliced:
-                    if delivered == DELIVERY_SLICE:
-                        # Let the waiters woken so far run before waking more: a big batch
-                        # never holds the event loop for all of its waiters' work at once.
-                        await trio.lowlevel.cancel_shielded_checkpoint()
-                        delivered = 0
-                    delivered += 1
-                for actor in members:
-                    actor.last_batch = number
-                    if actor.commit_done(result):  # resubmits what is still queued
-                        changed.add(actor.session_id)
-            if sliced:
-                # ...and once more, so that the last slice has queued its next writes
-                # before the next batch is taken (run() yields again before taking it).
-                await trio.lowlevel.cancel_shielded_checkpoint()
+                    # ...and once more, so that the last slice has queued its next writes
+                    # before the next batch is taken (run() yields again before taking
+                    # it).
+                    await trio.lowlevel.cancel_shielded_checkpoint()
             self._batches += 1
             self._events += events
             if sync or self._every_commit_syncs:
