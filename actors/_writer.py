@@ -309,7 +309,7 @@ class GroupCommitWriter:
                 events += len(op.events) if type(op) is AppendOp else _event_count(op)
         return targets, ops, events
 
-    async def commit_batch(self, *, lead: bool = False) -> None:
+    async def commit_batch(self, lead: bool = False) -> None:
         """Take one op per ready actor, commit them in one batch, deliver the results:
         the one batch routine, of the writer task and of a leading caller alike.
 
@@ -341,7 +341,7 @@ class GroupCommitWriter:
             ops: list[WriteOp]
             if len(dirty) == 1:  # the usual case on a quiet store: one actor's appends
                 [actor] = dirty
-                appends = actor.take_op(appends_only=True)
+                appends = actor.take_op(True)  # appends_only=True
             if appends is not None:
                 del dirty[actor]
                 targets, ops, events = [(actor,)], [appends], len(appends.events)
@@ -378,12 +378,13 @@ class GroupCommitWriter:
             count = len(ops)
             if len(results) != count:
                 raise RuntimeError(f"the store returned {len(results)} results for {count} ops")
-            changed: set[str] = set()
+            changed: set[str]
             if appends is not None:  # one actor's op: delivered without the loops below
                 actor.last_batch = number
-                if actor.commit_done(results[0]):  # resubmits what is still queued
-                    changed.add(actor.session_id)
+                # (commit_done resubmits what is still queued)
+                changed = {actor.session_id} if actor.commit_done(results[0]) else set()
             else:
+                changed = set()
                 sliced = count > DELIVERY_SLICE
                 delivered = 0
                 for members, result in zip(targets, results, strict=False):
