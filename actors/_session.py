@@ -500,13 +500,9 @@ class SessionActor:
                 count += 1
             events = tuple(merged)
         self._in_flight = count
+        # (expected_head, owner, header_json, retry: positional, cheaper on this hot path)
         return AppendOp(
-            self.session_id,
-            events,
-            expected_head=self.committed_head,
-            owner=self.owner,
-            header_json=self.header_json,
-            retry=retry,
+            self.session_id, events, self.committed_head, self.owner, self.header_json, retry
         )
 
     def commit_done(self, result: BatchResult) -> bool:

@@ -337,14 +337,15 @@ class GroupCommitWriter:
         try:
             dirty = self._dirty
             appends = None
-            targets: list[tuple[SessionActor, ...]]
+            #: Each op's actors (built for one actor's appends only if they fail).
+            targets: list[tuple[SessionActor, ...]] | None = None
             ops: list[WriteOp]
             if len(dirty) == 1:  # the usual case on a quiet store: one actor's appends
                 [actor] = dirty
                 appends = actor.take_op(True)  # appends_only=True
             if appends is not None:
                 del dirty[actor]
-                targets, ops, events = [(actor,)], [appends], len(appends.events)
+                ops, events = [appends], len(appends.events)
             else:
                 targets, ops, events = self._take()
             sync = self._sync_requested
@@ -369,7 +370,7 @@ class GroupCommitWriter:
             except TidelogError as exc:
                 self._failed += 1
                 now = trio.current_time()
-                for members in targets:
+                for members in [(actor,)] if targets is None else targets:
                     for actor in members:
                         actor.commit_failed(exc, now)
                 if sync:
@@ -387,6 +388,7 @@ class GroupCommitWriter:
                 changed = set()
                 sliced = count > DELIVERY_SLICE
                 delivered = 0
+                assert targets is not None
                 for members, result in zip(targets, results, strict=False):
                     if sliced:
                         if delivered == DELIVERY_SLICE:
