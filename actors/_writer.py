@@ -337,7 +337,7 @@ class GroupCommitWriter:
         try:
             dirty = self._dirty
             appends = None
-            #: Each op's actors (built for one actor's appends only if they fail).
+            # Each op's actors (for one actor's appends, built only if they fail).
             targets: list[tuple[SessionActor, ...]] | None = None
             ops: list[WriteOp]
             if len(dirty) == 1:  # the usual case on a quiet store: one actor's appends
