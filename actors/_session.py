@@ -263,8 +263,12 @@ class SessionActor:
             await trio.lowlevel.checkpoint()
             return self.accepted_head
         await trio.lowlevel.checkpoint_if_cancelled()  # pending: nothing is accepted
-        write = self._accept("append", tuple(events))
-        await self.wait_write(write, 0, submit=True)
+        # _accept("append", events), inline: every awaited append comes here.
+        prev = self.accepted_head
+        write = PendingWrite("append", prev, prev + 1, prev + len(events), tuple(events))
+        self.accepted_head = write.last
+        self._pending.append(write)
+        await self.wait_write(write, 0, True)  # submit=True, positional: the hot path
         return write.last
 
     async def truncate(self, to_seq: int) -> int:
@@ -331,10 +335,10 @@ class SessionActor:
         self,
         write: PendingWrite,
         failures_before: int,
+        submit: bool = False,
         *,
         withdraw: bool = True,
         one_attempt: bool = False,
-        submit: bool = False,
         report: bool = True,
     ) -> None:
         """Wait until ``write`` is committed. ``submit``: submit it first, for the next
@@ -356,8 +360,10 @@ class SessionActor:
         """
         write.watchers += 1
         try:
-            if submit and self.writer.submit_awaited(self):
-                await self.writer.commit_batch(lead=True)
+            if submit:
+                writer = self.writer
+                if writer.submit_awaited(self):
+                    await writer.commit_batch(True)  # lead=True
             while not write.done:
                 if write.dropped is not None:
                     write.reported = write.reported or report
@@ -439,10 +445,10 @@ class SessionActor:
         return self._in_flight > 0
 
     @overload
-    def take_op(self, *, appends_only: Literal[True]) -> AppendOp | None: ...
+    def take_op(self, appends_only: Literal[True]) -> AppendOp | None: ...
     @overload
-    def take_op(self, *, appends_only: bool = False) -> WriteOp | None: ...
-    def take_op(self, *, appends_only: bool = False) -> WriteOp | None:
+    def take_op(self, appends_only: bool = False) -> WriteOp | None: ...
+    def take_op(self, appends_only: bool = False) -> WriteOp | None:
         """Build this actor's op for the next batch from the front of its queue.
         ``appends_only``: only if the front is a plain append and the actor is not
         backing off (else None and nothing taken)."""
@@ -494,13 +500,9 @@ class SessionActor:
                 count += 1
             events = tuple(merged)
         self._in_flight = count
+        # (expected_head, owner, header_json, retry: positional, cheaper on this hot path)
         return AppendOp(
-            self.session_id,
-            events,
-            expected_head=self.committed_head,
-            owner=self.owner,
-            header_json=self.header_json,
-            retry=retry,
+            self.session_id, events, self.committed_head, self.owner, self.header_json, retry
         )
 
     def commit_done(self, result: BatchResult) -> bool:

@@ -309,7 +309,7 @@ class GroupCommitWriter:
                 events += len(op.events) if type(op) is AppendOp else _event_count(op)
         return targets, ops, events
 
-    async def commit_batch(self, *, lead: bool = False) -> None:
+    async def commit_batch(self, lead: bool = False) -> None:
         """Take one op per ready actor, commit them in one batch, deliver the results:
         the one batch routine, of the writer task and of a leading caller alike.
 
@@ -337,14 +337,15 @@ class GroupCommitWriter:
         try:
             dirty = self._dirty
             appends = None
-            targets: list[tuple[SessionActor, ...]]
+            # Each op's actors (for one actor's appends, built only if they fail).
+            targets: list[tuple[SessionActor, ...]] | None = None
             ops: list[WriteOp]
             if len(dirty) == 1:  # the usual case on a quiet store: one actor's appends
                 [actor] = dirty
-                appends = actor.take_op(appends_only=True)
+                appends = actor.take_op(True)  # appends_only=True
             if appends is not None:
                 del dirty[actor]
-                targets, ops, events = [(actor,)], [appends], len(appends.events)
+                ops, events = [appends], len(appends.events)
             else:
                 targets, ops, events = self._take()
             sync = self._sync_requested
@@ -357,15 +358,19 @@ class GroupCommitWriter:
                 if self._inline:
                     # A non-blocking store (memory) is called right here: no hop, and no
                     # extra trip through the scheduler (the loop yields at its next wait).
-                    self.lane.calls += 1
-                    results = self.lane.store.write_batch(ops, sync=sync)
+                    lane = self.lane
+                    lane.calls += 1
+                    if sync:
+                        results = lane.store.write_batch(ops, sync=True)
+                    else:  # the usual case, without a keyword argument
+                        results = lane.store.write_batch(ops)
                 else:
                     write_batch = functools.partial(self.lane.store.write_batch, sync=sync)
                     results = await self.lane.run(write_batch, ops)
             except TidelogError as exc:
                 self._failed += 1
                 now = trio.current_time()
-                for members in targets:
+                for members in [(actor,)] if targets is None else targets:
                     for actor in members:
                         actor.commit_failed(exc, now)
                 if sync:
@@ -374,25 +379,34 @@ class GroupCommitWriter:
             count = len(ops)
             if len(results) != count:
                 raise RuntimeError(f"the store returned {len(results)} results for {count} ops")
-            changed: set[str] = set()
-            sliced = count > DELIVERY_SLICE
-            delivered = 0
-            for members, result in zip(targets, results, strict=False):
+            changed: set[str]
+            if appends is not None:  # one actor's op: delivered without the loops below
+                actor.last_batch = number
+                # (commit_done resubmits what is still queued)
+                changed = {actor.session_id} if actor.commit_done(results[0]) else set()
+            else:
+                changed = set()
+                sliced = count > DELIVERY_SLICE
+                delivered = 0
+                assert targets is not None
+                for members, result in zip(targets, results, strict=False):
+                    if sliced:
+                        if delivered == DELIVERY_SLICE:
+                            # Let the waiters woken so far run before waking more: a big
+                            # batch never holds the event loop for all of its waiters'
+                            # work at once.
+                            await trio.lowlevel.cancel_shielded_checkpoint()
+                            delivered = 0
+                        delivered += 1
+                    for member in members:
+                        member.last_batch = number
+                        if member.commit_done(result):  # resubmits what is still queued
+                            changed.add(member.session_id)
                 if sliced:
-                    if delivered == DELIVERY_SLICE:
-                        # Let the waiters woken so far run before waking more: a big batch
-                        # never holds the event loop for all of its waiters' work at once.
-                        await trio.lowlevel.cancel_shielded_checkpoint()
-                        delivered = 0
-                    delivered += 1
-                for actor in members:
-                    actor.last_batch = number
-                    if actor.commit_done(result):  # resubmits what is still queued
-                        changed.add(actor.session_id)
-            if sliced:
-                # ...and once more, so that the last slice has queued its next writes
-                # before the next batch is taken (run() yields again before taking it).
-                await trio.lowlevel.cancel_shielded_checkpoint()
+                    # ...and once more, so that the last slice has queued its next writes
+                    # before the next batch is taken (run() yields again before taking
+                    # it).
+                    await trio.lowlevel.cancel_shielded_checkpoint()
             self._batches += 1
             self._events += events
             if sync or self._every_commit_syncs:
