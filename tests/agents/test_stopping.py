@@ -4,6 +4,7 @@ reason and its completed turns kept; a run that is not running is answered plain
 
 from __future__ import annotations
 
+import contextlib
 import json
 import pathlib
 import subprocess
@@ -14,20 +15,24 @@ import attrs
 import pytest
 import trio
 import trio.testing
+from helpers import FlakyMemoryStore
 
-from runtime import InvalidArgumentError, MemoryStore, Runtime, open_runtime
+from runtime import InvalidArgumentError, MemoryStore, Runtime, TidelogError, open_runtime
 from runtime.agents import (
     Agent,
     CheckpointOptions,
+    Entry,
     ModelRequest,
     ModelResponse,
     RequestedCall,
+    RunHead,
     Runner,
     RunNotFoundError,
     RunResult,
     RunStopped,
     ToolCall,
     ToolResult,
+    UserMessage,
     checkpoints,
     close_interrupted_run,
     function_tool,
@@ -271,3 +276,55 @@ async def test_closing_refuses_a_run_that_is_not_interrupted(rt: Runtime) -> Non
     reloaded = await checkpoints(rt).load("solo")
     assert reloaded is not None
     assert reloaded.head.status == "interrupted"
+
+
+async def _interrupted_run(rt: Runtime) -> None:
+    """Run ``r`` of conversation ``chat``, stopped with one call left without a result."""
+    head = RunHead(
+        "a", status="interrupted", session_id="chat", error={"type": "Stop", "message": "m"}
+    )
+    entries: list[Entry] = [
+        UserMessage("go"),
+        ToolCall("c1", "look", {}),
+        ToolResult("c1", "seen"),
+        ToolCall("c2", "look", {}),  # asked for, never run
+    ]
+    await checkpoints(rt).append("r", entries, head)
+
+
+@pytest.mark.parametrize("fault", ["before_commit", "after_commit"])
+async def test_closing_through_a_failing_store_lands_once_when_resent(fault: str) -> None:
+    """A close whose commit fails (nothing written, or written and then reported failed)
+    raises a store error; resending it as told leaves exactly one segment of the run in
+    the conversation and the run completed."""
+    store = FlakyMemoryStore()
+    async with open_runtime(store) as rt:
+        await _interrupted_run(rt)
+        if fault == "before_commit":
+            store.fail_next = 1
+        else:
+            store.fail_after_commit = 1
+        with contextlib.suppress(TidelogError):
+            await close_interrupted_run(checkpoints(rt), history(rt), "r")
+        await close_interrupted_run(checkpoints(rt), history(rt), "r")
+        entries = await history(rt).load("chat")
+        assert [type(e).__name__ for e in entries] == ["UserMessage", "ToolCall", "ToolResult"]
+        snap = await checkpoints(rt).load("r")
+        assert snap is not None
+        assert snap.head.status == "completed"
+
+
+async def test_a_close_cancelled_before_it_commits_writes_nothing() -> None:
+    """A close cancelled before its commit leaves the run interrupted and the
+    conversation without its segment (all or nothing); closing again then works."""
+    async with open_runtime(MemoryStore()) as rt:
+        await _interrupted_run(rt)
+        with trio.CancelScope() as scope:
+            scope.cancel()
+            await close_interrupted_run(checkpoints(rt), history(rt), "r")
+        snap = await checkpoints(rt).load("r")
+        assert snap is not None
+        assert snap.head.status == "interrupted"
+        assert await history(rt).load("chat") == []
+        await close_interrupted_run(checkpoints(rt), history(rt), "r")
+        assert len(await history(rt).load("chat")) == 3
