@@ -6,7 +6,8 @@ from __future__ import annotations
 import contextlib
 import json
 import urllib.parse
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
 from typing import Any
 
 import h11
@@ -121,6 +122,23 @@ async def awaiting_run(rt: Runtime, run_id: str = "pay-run", session_id: str = "
         agent, "pay the bill", runtime=rt, session_id=session_id, checkpoint=options
     )
     assert result.status == "awaiting_approval"
+
+
+@contextlib.contextmanager
+def store_address(kind: str, tmp_path: Path) -> Iterator[str]:
+    """The address of a new store of ``kind`` (``sqlite``, ``jsonl``, ``postgres``: a
+    schema of its own, dropped afterwards) in ``tmp_path``."""
+    if kind == "postgres":
+        from pgtest import fresh_schema, url_of
+
+        with fresh_schema() as where:
+            yield url_of(*where)
+        return
+    if kind == "jsonl":
+        (tmp_path / "store").mkdir()
+        yield str(tmp_path / "store")
+        return
+    yield str(tmp_path / "app.db")
 
 
 @contextlib.asynccontextmanager

@@ -12,7 +12,7 @@ from typing import Any
 import httpx
 import pytest
 import trio
-from inspector_support import data_of, fill, inspector, sse_read
+from inspector_support import data_of, fill, inspector, sse_read, store_address
 
 from runtime import MemoryStore, NewEvent, Runtime, SqliteStore, open_runtime
 from runtime.inspector import InspectorServer
@@ -23,17 +23,8 @@ TIMEOUT = 20
 @pytest.fixture(params=["sqlite", "jsonl", "postgres"])
 def target(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
     """A store address of each backend (a PostgreSQL schema of the test's own)."""
-    if request.param == "postgres":
-        from pgtest import fresh_schema, url_of
-
-        with fresh_schema() as where:
-            yield url_of(*where)
-        return
-    if request.param == "jsonl":
-        (tmp_path / "store").mkdir()
-        yield str(tmp_path / "store")
-        return
-    yield str(tmp_path / "app.db")
+    with store_address(request.param, tmp_path) as found:
+        yield found
 
 
 @contextlib.asynccontextmanager

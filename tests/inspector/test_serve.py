@@ -16,7 +16,7 @@ from typing import Any
 import httpx
 import pytest
 import trio
-from inspector_support import fill, sse_read
+from inspector_support import fill, sse_read, store_address
 
 import runtime.inspector
 from runtime import NewEvent, open_runtime
@@ -40,17 +40,8 @@ async def read_line(stream: Any, buffer: bytearray) -> str:
 @pytest.fixture(params=["sqlite", "jsonl", "postgres"])
 def address(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
     """A store address of each backend (a PostgreSQL schema of the test's own)."""
-    if request.param == "postgres":
-        from pgtest import fresh_schema, url_of
-
-        with fresh_schema() as where:
-            yield url_of(*where)
-        return
-    if request.param == "jsonl":
-        (tmp_path / "store").mkdir()
-        yield str(tmp_path / "store")
-        return
-    yield str(tmp_path / "app.db")
+    with store_address(request.param, tmp_path) as found:
+        yield found
 
 
 async def test_serve_prints_the_url_serves_read_only_and_stops_on_ctrl_c(address: str) -> None:
