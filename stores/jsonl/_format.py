@@ -2,7 +2,7 @@
 
 A session file is UTF-8 JSON Lines. Its first line is the **header record**::
 
-    {"tidelog":"session","format":2,"id":...,"incarnation":N,"epoch":E,"cuts":[[e,seq],...],
+    {"tidelog":"session","format":4,"id":...,"incarnation":N,"epoch":E,"cuts":[[e,seq],...],
      "created_at":T,"updated_at":T,"header":{...},"parent":[id,seq]|null,
      "base_seq":B,"bases":[[link,lo,hi],...]}
 
@@ -11,32 +11,43 @@ Then one line per event, ``seq`` ``B+1, B+2, ...`` (a fork reads seqs ``1..B`` f
 The events of one committed op (a **batch**) are consecutive lines; the last one carries
 the batch's commit mark. How the lines are written is the format generation's business:
 
-* **format 3** (written by this version, :mod:`stores.jsonl._format2`): format 2 lines
-  that also name their file (``"f":K``, covered by the checksum), so a line copied from
-  another session's file is damage wherever it is;
-* **format 2** (:mod:`stores.jsonl._format2`; migrated to format 3 by the first writer,
+* **format 4** (written by this version, :mod:`stores.jsonl._format2`): format 3 lines
+  whose commit line may also say how far the file was known durable when it was written
+  (``"s":d``: all but the ``d`` events before the batch; absent, all of them), so damage
+  past that point is a torn tail even with whole batches after it;
+* **format 3** (:mod:`stores.jsonl._format2`; migrated to format 4 by the first writer,
+  keeping its encoding): format 2 lines that also name their file (``"f":K``, covered by
+  the checksum), so a line copied from another session's file is damage wherever it is;
+* **format 2** (:mod:`stores.jsonl._format2`; migrated to format 4 by the first writer,
   keeping its encoding): every line ends with
   its own checksum, ``"crc":X``, the CRC-32 of the line's bytes before ``,"crc":``; the last
   line of a batch carries ``"end":n`` (``n`` events) just before it. Any record can be
   checked on its own, so a read served from an index checks exactly the lines it returns;
 * **format 1** (:mod:`stores.jsonl._format1`): one CRC-32 per batch, ``"end":[n,crc]`` on
-  its last line; read as it is, migrated to format 3 by the first writer;
-* **compressed** (format 3 or 2 lines, :mod:`stores.jsonl._zstd`): the file is a series of zstd
+  its last line; read as it is, migrated to format 4 by the first writer;
+* **compressed** (format 4, 3 or 2 lines, :mod:`stores.jsonl._zstd`): the file is a series of zstd
   frames, the header record in the first, then one checksummed frame per batch.
 
 **The committed region** is the header plus every whole batch, in order, seqs contiguous,
 every checksum matching. What follows it is either
 
-* a **torn tail** -- an unfinished batch (a crash or a concurrent write in progress): no
-  later commit line (whole, checksum matching; for a compressed file, no whole frame)
-  follows the first bad byte. It is never served, and the next writer truncates it
-  (durably) before writing; or
-* **corruption** -- a damaged or missing record *followed* by a later commit line (whole
-  frame): a batch that was committed cannot be read. Reading past it raises
-  :class:`~stores._errors.StoreCorruptError` naming the file and the byte offset.
+* a **torn tail** -- unfinished or unsynced batches (a crash, a concurrent write in
+  progress, a power cut that kept only some pages of unsynced writes): no later commit
+  line (whole, checksum matching; for a compressed file, in a whole frame) that *proves*
+  the damaged batch durable follows the first bad byte. A commit line proves the seqs
+  its writer knew were durable when it wrote it (:meth:`Codec.proves`): in format 4 all
+  but the ``"s"`` events before its batch, in formats 2 and 3 every event before its
+  batch, in format 1 (no such knowledge) everything. A torn tail is never served, and the
+  next writer truncates it (durably) before writing -- later whole batches in it too:
+  what is dropped was never made durable, so never acknowledged, and the events kept
+  are a prefix; or
+* **corruption** -- a damaged or missing record *followed* by a commit line that proves
+  it durable: a batch that was committed and synced cannot be read. Reading past it
+  raises :class:`~stores._errors.StoreCorruptError` naming the file and the byte offset.
 
-(The last batch of a file cannot be told from a torn write if it is damaged: it is taken
-as torn, like a WAL frame whose checksum fails.)
+(Damage to batches no later line proves durable -- the last batch of a file, or in format
+4 every batch since the last flush barrier its later lines know of -- cannot be told
+from a torn write: it is taken as torn, like a WAL frame whose checksum fails.)
 """
 
 from __future__ import annotations
@@ -70,7 +81,7 @@ __all__ = [
 
 #: The format generation this code writes (the header's ``"format"``); see
 #: :mod:`stores.jsonl._format1` and :mod:`stores.jsonl._format2` for older ones.
-FORMAT = 3
+FORMAT = 4
 #: What marks a tidelog session file (the header's ``"tidelog"``).
 MAGIC = "session"
 
@@ -265,6 +276,8 @@ class Scan:
     last_ts: float | None
     #: ``(offset, reason)`` of corruption (a later commit mark exists), else None.
     damage: tuple[int, str] | None = None
+    #: The highest seq a whole batch found proves durable (:meth:`Codec.proves`).
+    synced: int = 0
 
     def add_batch(
         self,
@@ -294,34 +307,33 @@ def stop_unless_committed(
     why: str,
     path: str,
     is_commit: Callable[[bytes], bool],
-    first_of: Callable[[bytes], int] | None = None,
+    proves: Callable[[bytes], int] | None = None,
 ) -> Scan:
     """End a line scan at byte ``bad`` of ``data`` (``base`` is its offset in the file),
     where a batch is not whole: a torn tail -- unless a later whole line is a commit line
-    (``is_commit``), which makes it damage inside the committed region (``result.damage``).
+    (``is_commit``) that proves the damaged batch durable, which makes it damage inside
+    the committed region (``result.damage``).
 
-    ``first_of`` (the first seq of the batch a commit line closes) tells the damaged
-    batch's *own* commit line apart: a batch written without an fsync may reach the disk
-    with its last page but not an earlier one, so its commit line surviving after the bad
-    byte is still a torn last batch; only a commit line of a *later* batch proves that
-    committed data is damaged."""
+    ``proves`` (the highest seq a commit line's writer knew was durable,
+    :meth:`Codec.proves`; without it every commit line proves everything before it)
+    tells the lines written without an fsync since the damaged batch apart: a batch
+    written without an fsync may reach the disk with its last page but not an earlier
+    one (its own commit line surviving), and with ``synchronous="normal"`` so may every
+    later batch up to the next barrier; only a commit line written after the damaged
+    batch was synced proves that committed, durable data is damaged."""
     own = result.head + 1
-    seen_own = False
     pos = data.find(b"\n", bad)
     while pos >= 0:
         nxt = data.find(b"\n", pos + 1)
         if nxt < 0:
             break
         line = data[pos + 1 : nxt]
-        if is_commit(line):
-            if first_of is not None and not seen_own and first_of(line) == own:
-                seen_own = True  # the damaged batch's own commit: torn unless more follows
-            else:
-                result.damage = (
-                    base + bad,
-                    f"{path}: byte {base + bad}: {why} inside the committed region",
-                )
-                return result
+        if is_commit(line) and (proves is None or proves(line) >= own):
+            result.damage = (
+                base + bad,
+                f"{path}: byte {base + bad}: {why} inside the committed region",
+            )
+            return result
         pos = nxt
     return result
 
@@ -392,6 +404,12 @@ class Codec:
         line of this file closing a batch?"""
         raise NotImplementedError
 
+    def proves(self, line: bytes) -> int:
+        """The highest seq that the commit line ``line`` (without its newline) proves
+        durable -- what its writer knew was synced of the file when it wrote it -- or -1
+        if ``line`` is not a whole, checked commit line of this file."""
+        raise NotImplementedError
+
     def header(self, h: Header) -> bytes:
         """The encoded header record."""
         raise NotImplementedError
@@ -402,9 +420,12 @@ class Codec:
         first_seq: int,
         ts: float,
         stamps: Sequence[float] | None = None,
+        lag: int = 0,
     ) -> tuple[bytes, list[int]]:
         """One batch's bytes and each event's offset within them (its line's, or 0 for a
-        frame). Every event gets the commit time ``ts``, or its own from ``stamps``."""
+        frame). Every event gets the commit time ``ts``, or its own from ``stamps``.
+        ``lag``: how many of the events before the batch are not known durable (format 4
+        records it in the commit line; see :meth:`proves`)."""
         raise NotImplementedError
 
     def scan(self, data: bytes, base: int, head: int, path: str) -> Scan:

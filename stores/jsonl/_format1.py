@@ -94,6 +94,7 @@ class V1(Codec):
         first_seq: int,
         ts: float,
         stamps: Sequence[float] | None = None,
+        lag: int = 0,  # noqa: ARG002 (format 1 has no such record; never written now)
     ) -> tuple[bytes, list[int]]:
         stamp = repr(ts)
         lines: list[str] = []

@@ -1,4 +1,4 @@
-"""Format 2 and 3 event records: one line per event, each with its own CRC-32.
+"""Format 2, 3 and 4 event records: one line per event, each with its own CRC-32.
 
 An event line of format 2 is::
 
@@ -18,7 +18,19 @@ the checksum, ``K`` the 8 hex digits of the CRC-32 of the session's id and incar
 (or an older incarnation of this one) checks, but names another file: it is
 :class:`StoreCorruptError` wherever it is -- even as the last batch, where a bad line is
 otherwise taken for a torn write -- since no torn or damaged write makes a whole
-checksummed line of another file. A batch is whole when its ``n`` lines are there, each with a
+checksummed line of another file.
+
+**Format 4** lines are format 3 lines whose commit line may also say how far the file was
+known durable when it was written: ``,"s":d`` right after the commit mark (before the tag,
+covered by the checksum), ``d`` > 0 the number of events before the batch its writer did
+not know to be synced (absent: none). So a commit line closing seqs ``a..b`` *proves*
+seqs up to ``a - 1 - d`` durable (:meth:`Plain.proves`); a format 2 or 3 commit line
+proves everything before its batch (what a ``synchronous="full"`` writer, which fsyncs
+every batch, knows). With ``synchronous="normal"`` the batches between two flush barriers
+carry ``d`` > 0, so when a power cut loses a page of one of them and keeps a later one
+whole, the damage is known to lie past what was synced: a torn tail, not corruption.
+
+A batch is whole when its ``n`` lines are there, each with a
 matching checksum and the expected seq. Because every record carries its own checksum, a
 read served from an index (which never scanned the batch) still checks every line it
 returns: a damaged record in the committed region is a :class:`StoreCorruptError` naming
@@ -45,7 +57,7 @@ from ._format import (
     stop_unless_committed,
 )
 
-__all__ = ["PLAIN", "PLAIN3", "Plain", "commit_line", "file_key"]
+__all__ = ["PLAIN", "PLAIN3", "PLAIN4", "Plain", "commit_line", "file_key"]
 
 _JSTR = rb'"(?:[^"\\]|\\.)*"'
 #: The start of an event line, up to its data: seq, ts, kind, run_id.
@@ -58,6 +70,7 @@ PREFIX = re.compile(
 )
 _CRC = b',"crc":'
 _END = b',"end":'
+_LAG = b',"s":'
 _TAG = re.compile(rb',"f":"([0-9a-f]{8})"$')
 #: What :meth:`Plain.check` returns for a whole, checksummed line of another file.
 FOREIGN = -2
@@ -97,6 +110,21 @@ def end_mark(body: bytes) -> tuple[int, int]:
     return int(digits), cut
 
 
+def lag_mark(body: bytes) -> tuple[int, int]:
+    """``(lag, start)`` of a format 4 durability mark ``,"s":d`` ending a checked line part
+    (right after its commit mark), or ``(0, len)``. Like the commit mark, no JSON value
+    ends with that text, so a part ending in it ends with a mark."""
+    if not body[-1:].isdigit():
+        return 0, len(body)
+    cut = body.rfind(_LAG)
+    if cut < 0:
+        return 0, len(body)
+    digits = body[cut + 5 :]
+    if not digits.isdigit() or not body[cut - 1 : cut].isdigit():
+        return 0, len(body)
+    return int(digits), cut
+
+
 def commit_line(line: bytes) -> bool:
     """Is ``line`` (without its newline) a whole, checked line closing a batch?"""
     cut = checked(line)
@@ -104,16 +132,28 @@ def commit_line(line: bytes) -> bool:
 
 
 class Plain(Codec):
-    """Format 2 (``tag`` empty) or 3 (``tag``: the file's :func:`file_key`) in plain lines
-    (see the module doc)."""
+    """Format 2 (``tag`` empty), 3 or 4 (``tag``: the file's :func:`file_key`) in plain
+    lines (see the module doc)."""
 
     def __init__(self, format: int = 2, tag: bytes = b"") -> None:
         self.format = format
         self.tag = tag
         self._text = tag.decode()
+        #: Format 4: a commit line may carry how far the file was known durable.
+        self._lagged = format >= 4
 
     def bind(self, h: Header) -> Plain:
-        return self if self.format < 3 else Plain(3, file_key(h))
+        return self if self.format < 3 else Plain(self.format, file_key(h))
+
+    def mark(self, body: bytes) -> tuple[int, int, int]:
+        """``(count, lag, start)`` of the marks ending a checked line part (before its tag):
+        the batch's event count (0: not a commit line), the events before the batch not
+        known durable, and where the marks start (where the event's data ends)."""
+        lag, stop = lag_mark(body) if self._lagged else (0, len(body))
+        count, start = end_mark(body[:stop])
+        if count == 0:
+            return 0, 0, len(body)
+        return count, lag, start
 
     def check(self, line: bytes) -> int:
         """The length of ``line``'s record part (before its tag and checksum) if it checks
@@ -129,15 +169,17 @@ class Plain(Codec):
         """Is ``line`` (without its newline) a whole, checked line of this file closing a
         batch?"""
         cut = self.check(line)
-        return cut > 0 and end_mark(line[:cut])[0] > 0 and PREFIX.match(line) is not None
+        return cut > 0 and self.mark(line[:cut])[0] > 0 and PREFIX.match(line) is not None
 
-    def batch_first(self, line: bytes) -> int:
-        """The first seq of the batch that the commit line ``line`` closes (0 if it is not
-        one of this file's commit lines): its seq minus its count, plus one."""
+    def proves(self, line: bytes) -> int:
+        """See :meth:`Codec.proves`: a commit line closing seqs ``a..b`` with lag ``d``
+        proves seqs up to ``a - 1 - d`` (its seq minus its count minus its lag)."""
         cut = self.check(line)
         match = PREFIX.match(line) if cut > 0 else None
-        count = end_mark(line[:cut])[0] if match is not None else 0
-        return int(match.group(1)) - count + 1 if match is not None and count > 0 else 0
+        if match is None:
+            return -1
+        count, lag, _ = self.mark(line[:cut])
+        return int(match.group(1)) - count - lag if count > 0 else -1
 
     def header(self, h: Header) -> bytes:
         return encode_header(h)
@@ -148,13 +190,15 @@ class Plain(Codec):
         first_seq: int,
         ts: float,
         stamps: Sequence[float] | None = None,
+        lag: int = 0,
     ) -> tuple[bytes, list[int]]:
+        durable = f',"s":{lag}' if lag > 0 and self._lagged else ""
         if len(events) == 1 and stamps is None:  # the usual batch: one awaited append
             ev = events[0]
             run = "" if ev.run_id is None else f',"run_id":{json_str(ev.run_id)}'
             line = (
                 f'{{"seq":{first_seq},"ts":{ts!r},"kind":{json_str(ev.kind)}{run},'
-                f'"data":{ev.data_json},"end":1{self._text}'
+                f'"data":{ev.data_json},"end":1{durable}{self._text}'
             ).encode()
             return line + b',"crc":%d}\n' % zlib.crc32(line), [0]
         stamp = repr(ts)
@@ -166,7 +210,7 @@ class Plain(Codec):
         for i, ev in enumerate(events):
             run = "" if ev.run_id is None else f',"run_id":{json_str(ev.run_id)}'
             when = stamp if stamps is None else repr(float(stamps[i]))
-            mark = f',"end":{last + 1}{self._text}' if i == last else self._text
+            mark = f',"end":{last + 1}{durable}{self._text}' if i == last else self._text
             line = (
                 f'{{"seq":{first_seq + i},"ts":{when},"kind":{json_str(ev.kind)}{run},'
                 f'"data":{ev.data_json}{mark}'
@@ -207,13 +251,13 @@ class Plain(Codec):
                     else f"expected seq {expected}"
                 )
                 return stop_unless_committed(
-                    result, data, base, pos, why, path, self.is_commit, self.batch_first
+                    result, data, base, pos, why, path, self.is_commit, self.proves
                 )
             pending.append(base + pos)
             run = match.group(4)
             if run is not None:
                 pending_runs.append((json.loads(run), expected))
-            count, _ = end_mark(line[:cut])
+            count, lag, _ = self.mark(line[:cut])
             if count:
                 if count != len(pending):
                     return stop_unless_committed(
@@ -224,11 +268,13 @@ class Plain(Codec):
                         "batch count mismatch",
                         path,
                         self.is_commit,
-                        self.batch_first,
+                        self.proves,
                     )
                 result.add_batch(
                     pending, pending_runs, expected, float(match.group(2)), base + nl + 1
                 )
+                if expected - count - lag > result.synced:
+                    result.synced = expected - count - lag
                 pending, pending_runs = [], []
             expected += 1
             pos = nl + 1
@@ -246,7 +292,7 @@ class Plain(Codec):
             match = PREFIX.match(line) if cut > 0 else None
             if match is None:
                 raise StoreCorruptError(f"{path}: byte {offset}: damaged event record")
-            _, stop = end_mark(line[:cut])
+            _, _, stop = self.mark(line[:cut])
             run = match.group(4)
             rows.append(
                 (
@@ -263,3 +309,5 @@ class Plain(Codec):
 PLAIN = Plain()
 #: The codec of plain format 3 files (bound to a file by :meth:`Plain.bind`).
 PLAIN3 = Plain(3, b',"f":"00000000"')
+#: The codec of plain format 4 files, the ones this version writes (bound likewise).
+PLAIN4 = Plain(4, b',"f":"00000000"')

@@ -20,9 +20,9 @@ from .._errors import StoreCorruptError, StoreIOError, UnsupportedFormatError
 from ._files import why
 from ._format import Codec, Header, Row, corrupt, decode_header
 from ._format1 import FORMAT1
-from ._format2 import PLAIN, PLAIN3
+from ._format2 import PLAIN, PLAIN3, PLAIN4
 from ._sidecar import load
-from ._zstd import MAGIC, ZSTD, ZSTD3
+from ._zstd import MAGIC, ZSTD, ZSTD3, ZSTD4
 
 __all__ = ["FileIndex", "read_exact"]
 
@@ -71,6 +71,9 @@ class FileIndex:
         self.runs: dict[str, tuple[int, int]] = {}
         self.last_ts: float | None = None
         self.damage: tuple[int, str] | None = None
+        #: The highest seq known durable in this file (what its lines prove, or what this
+        #: process synced): a writer records how far behind it is in each commit line.
+        self.synced = header.base_seq
         #: The sidecar (None: not kept), what of it this index last saw (its inode and
         #: size), and how far it goes: see :mod:`stores.jsonl._sidecar`.
         self.sidecar: str | None = None
@@ -129,7 +132,7 @@ class FileIndex:
                 raise UnsupportedFormatError(
                     f"{path}: a compressed session file of format {header.format}"
                 )
-            codec: Codec = (ZSTD if header.format == ZSTD.format else ZSTD3).bind(header)
+            codec: Codec = {2: ZSTD, 3: ZSTD3}.get(header.format, ZSTD4).bind(header)
         else:
             newline = first.find(b"\n")
             while newline < 0 and len(first) < info.st_size:
@@ -142,7 +145,7 @@ class FileIndex:
                 )
             line, start = first[:newline], newline + 1
             header = decode_header(line, path)
-            codec = {1: FORMAT1, 2: PLAIN}.get(header.format, PLAIN3).bind(header)
+            codec = {1: FORMAT1, 2: PLAIN, 3: PLAIN3}.get(header.format, PLAIN4).bind(header)
         index = cls(path, fd, info.st_ino, header, start, codec)
         index.header_crc = zlib.crc32(line)
         index.sidecar = sidecar
@@ -175,6 +178,7 @@ class FileIndex:
         if found.last_ts is not None:
             self.last_ts = found.last_ts
         self.end, self.head, self.damage = found.end, found.head, found.damage
+        self.synced = max(self.synced, found.synced)
         # A torn tail is scanned again next time (its writer may finish or repair it).
         self.scanned_size = self.end
 
@@ -186,8 +190,14 @@ class FileIndex:
         self.runs = {}
         self.last_ts = None
         self.damage = None
+        self.synced = self.head
         self.saved_end, self.saved_head, self.saved_ends = self.data_start, self.head, 0
         self.fresh_runs = []
+
+    def durable(self) -> None:
+        """Everything indexed was just made durable (the file fsynced, or published after
+        its fsync)."""
+        self.synced = self.head
 
     def saved(self) -> None:
         """What is indexed is in the sidecar now."""

@@ -181,34 +181,39 @@ def load(index: FileIndex, size: int) -> None:
             runs[run_id] = (first if known is None else known[0], final)
         end, last, last_ts = stop, after, (None if math.isnan(ts) else ts)
         pos += 8 + n
-    if last == index.header.base_seq or not _last_line_holds(index, offsets, end, last):
+    proved = -1 if last == index.header.base_seq else _last_line(index, offsets, end, last)
+    if proved < 0:
         return
     index.offsets, index.batch_ends, index.runs = offsets, ends, runs
     index.end = index.scanned_size = end
     index.head, index.last_ts = last, last_ts
+    index.synced = max(index.synced, proved)
     index.saved()
     index.sidecar_seen = (info.st_ino, pos)
     if pos != len(data):  # something after the last good chunk: the next save rewrites
         index.saved_end, index.sidecar_seen = index.data_start, None
 
 
-def _last_line_holds(index: FileIndex, offsets: array[int], end: int, head: int) -> bool:
-    """Does the file hold, right before ``end``, the whole commit line of seq ``head``?"""
+def _last_line(index: FileIndex, offsets: array[int], end: int, head: int) -> int:
+    """If the file holds, right before ``end``, the whole commit line of seq ``head``: the
+    seq that line proves durable (:meth:`~stores.jsonl._format.Codec.proves`), else -1."""
     from ._index import read_exact
 
     start = offsets[-1]
     data = read_exact(index.fd, end - start, start, index.path)
     if len(data) != end - start:
-        return False
+        return -1
     if index.codec.framed:
         if frame_size(data, 0) != len(data):
-            return False
+            return -1
         try:
             data = ZSTD.expand(data)
         except ZstdError:  # not the frame it claims
-            return False
+            return -1
     if not data.endswith(b"\n"):
-        return False
+        return -1
     line = data[data.rfind(b"\n", 0, len(data) - 1) + 1 : -1]
     match = PREFIX.match(line)
-    return index.codec.is_commit(line) and match is not None and (int(match.group(1)) == head)
+    if match is None or int(match.group(1)) != head:
+        return -1
+    return index.codec.proves(line)

@@ -69,7 +69,7 @@ from .._records import JSON, LeaseInfo, SessionInfo, check_flag, validate_sessio
 from ._files import IO, Shared, read_lock, release_shared, shared_for
 from ._format import FORMAT, Codec, file_stem, stem_id
 from ._format1 import migrate
-from ._format2 import PLAIN3
+from ._format2 import PLAIN4
 from ._group import pending, recover, recover_all
 from ._index import FileIndex
 from ._ops import apply_op, check_header_id, fork_session
@@ -77,7 +77,7 @@ from ._read import Reader
 from ._root import check_root, open_root
 from ._sidecar import persist
 from ._write import BatchFailure, Layout, Txn, new_header, trim_writers
-from ._zstd import ZSTD3, require
+from ._zstd import ZSTD4, require
 
 __all__ = ["JsonlStore"]
 
@@ -138,7 +138,7 @@ class JsonlStore(Reader, BatchingStore):
         open_root(self.root, read_only=read_only)
         self._layout = Layout(self.root)
         Reader.__init__(self, self._layout, read_only=read_only)
-        self._codec: Codec = ZSTD3 if compress else PLAIN3
+        self._codec: Codec = ZSTD4 if compress else PLAIN4
         self._shared: Shared | None = shared_for(self.root)
         self._changes_fd = -1
         self._bumps = 0
@@ -220,12 +220,12 @@ class JsonlStore(Reader, BatchingStore):
             index.refresh(info.st_size)
         writers[stem] = index
         check_header_id(index.header, session_id, path)
-        if index.header.format < FORMAT:  # publish a format 3 successor, then write that
+        if index.header.format < FORMAT:  # publish a format 4 successor, then write that
             layout = self._layout
             del writers[stem]  # never cached: nothing may append to an older file
             # A format 1 file gets this handle's encoding; a format 2 one keeps its own.
             codec = (
-                self._codec if index.header.format < 2 else ZSTD3 if index.codec.framed else PLAIN3
+                self._codec if index.header.format < 2 else ZSTD4 if index.codec.framed else PLAIN4
             )
             try:
                 migrate(index, layout.sessions, layout.tmp, layout.migrated, stem, codec)
@@ -235,10 +235,12 @@ class JsonlStore(Reader, BatchingStore):
             writers[stem] = index
             if index is None:
                 raise StoreCorruptError(f"{path}: the file just migrated is gone")
+            index.durable()  # published after its fsync
             info = os.stat(path)
         if index.damage is None and info.st_size > index.end:
             IO.truncate(index.fd, index.end)  # a torn tail: never served, removed durably
             IO.fsync(index.fd)
+            index.durable()
         persist(index)  # what a scan found (if much) is kept for the next process
         trim_writers(shared, stem)
         return index

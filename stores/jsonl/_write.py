@@ -157,6 +157,10 @@ class Txn:
                 _fsync_path(path, fd)
             for path in sorted(dirs):
                 fsync_dir(path)
+            # What each fsynced file held is durable now: its next commit line says so.
+            for index in (*self._indexes.values(), *shared.writers.values()):
+                if index is not None and index.fd >= 0 and targets.get(index.path) == index.fd:
+                    index.durable()
             if self.sync:
                 shared.unsynced.clear()
                 shared.dirty_dirs.clear()
@@ -268,7 +272,10 @@ class Txn:
         if index.header.format != FORMAT:  # migrated first (JsonlStore._writer_index)
             raise StoreCorruptError(f"{index.path}: a format {index.header.format} file")
         first = index.head + 1
-        data, offsets = index.codec.batch(events, first, now, stamps)
+        # The commit line records how many events before it are not known durable: a
+        # power cut that damages those (never acknowledged) is a torn tail, not damage.
+        lag = index.head - index.synced
+        data, offsets = index.codec.batch(events, first, now, stamps, lag)
         start = index.end
         state = (
             start,
@@ -372,6 +379,7 @@ class Txn:
         index = FileIndex.open(path, write=True, sidecar=self.layout.sidecar(stem))
         if index is None:
             raise StoreCorruptError(f"{path}: the file just published is gone")
+        index.durable()  # publish fsynced it before giving it the name
         old = self.shared.writers.get(stem)
         self.shared.writers[stem] = index
         self._indexes[path] = index

@@ -1,19 +1,21 @@
-"""Compressed session files: format 3 (or 2) lines in zstd frames, one frame per batch.
+"""Compressed session files: format 4 (3, 2) lines in zstd frames, one frame per batch.
 
 ``JsonlStore(root, compress=True)`` writes every session file it creates (and every
 format 1 file it migrates) as a series of zstd frames: the first holds the header record,
-then each batch is one frame holding that batch's format 3 lines (each with its own
+then each batch is one frame holding that batch's format 4 lines (each with its own
 CRC-32), written with its content size and zstd's content checksum (XXH64). The file is a
-valid zstd stream: ``zstdcat sessions/<stem>.jsonl`` prints the plain format 3 file. A file
+valid zstd stream: ``zstdcat sessions/<stem>.jsonl`` prints the plain format 4 file. A file
 keeps the encoding it was created with: appends, truncates and rewrites of a plain file
 stay plain, of a compressed one compressed, whatever ``compress`` says.
 
 **The committed region** is the header frame and every whole frame after it, each
 decompressing with a matching checksum to exactly one whole batch with the expected
-seqs. Only the last frame may be incomplete: a frame cut short or damaged with no whole
-frame after it is a torn tail (never served, truncated by the next writer); a frame
-that does not decode *followed* by a whole one is corruption
-(:class:`~stores._errors.StoreCorruptError`, naming the file and the frame's byte offset).
+seqs. A frame cut short or damaged is a torn tail (never served, truncated by the next
+writer, with whatever follows) unless a whole frame follows whose commit line proves it
+durable (:meth:`~stores.jsonl._format.Codec.proves`: a format 4 line says how far its
+writer knew the file was synced, a format 2 or 3 line proves every batch before its own);
+then it is corruption (:class:`~stores._errors.StoreCorruptError`, naming the file and the
+frame's byte offset).
 
 The index of a compressed file maps a seq to the offset of its batch's frame: a read
 decompresses the frames that hold the events it returns, and nothing else.
@@ -33,7 +35,7 @@ from typing import Any
 from .._errors import InvalidArgumentError, StoreCorruptError, UnsupportedFormatError
 from .._records import MAX_BATCH_BYTES, PreparedEvent
 from ._format import Codec, Header, Row, Scan, decode_header, encode_header
-from ._format2 import PLAIN, PLAIN3, Plain
+from ._format2 import PLAIN, PLAIN3, PLAIN4, Plain
 
 try:
     import zstandard
@@ -47,7 +49,17 @@ class _NoZstdError(Exception):
 
 ZstdError: type[Exception] = _NoZstdError if zstandard is None else zstandard.ZstdError
 
-__all__ = ["MAGIC", "ZSTD", "ZSTD3", "Zstd", "ZstdError", "available", "frame_size", "require"]
+__all__ = [
+    "MAGIC",
+    "ZSTD",
+    "ZSTD3",
+    "ZSTD4",
+    "Zstd",
+    "ZstdError",
+    "available",
+    "frame_size",
+    "require",
+]
 
 #: The first four bytes of a zstd frame.
 MAGIC = b"\x28\xb5\x2f\xfd"
@@ -104,7 +116,7 @@ _LOCAL = threading.local()
 
 
 class Zstd(Codec):
-    """Format 2 or 3 lines (``plain``'s) in zstd frames (see the module doc)."""
+    """Format 2, 3 or 4 lines (``plain``'s) in zstd frames (see the module doc)."""
 
     framed = True
 
@@ -117,6 +129,9 @@ class Zstd(Codec):
 
     def is_commit(self, line: bytes) -> bool:
         return self.plain.is_commit(line)
+
+    def proves(self, line: bytes) -> int:
+        return self.plain.proves(line)
 
     def _ctx(self) -> tuple[Any, Any]:
         local = _LOCAL
@@ -154,8 +169,9 @@ class Zstd(Codec):
         first_seq: int,
         ts: float,
         stamps: Sequence[float] | None = None,
+        lag: int = 0,
     ) -> tuple[bytes, list[int]]:
-        data, _ = self.plain.batch(events, first_seq, ts, stamps)
+        data, _ = self.plain.batch(events, first_seq, ts, stamps, lag)
         return self.compress(data), [0] * len(events)
 
     def scan(self, data: bytes, base: int, head: int, path: str) -> Scan:
@@ -180,6 +196,7 @@ class Zstd(Codec):
                 known = result.runs.get(run_id)
                 result.runs[run_id] = (first if known is None else known[0], last)
             result.last_ts, result.head = batch.last_ts, batch.head
+            result.synced = max(result.synced, batch.synced)
             pos += n
             result.end = base + pos
         return result
@@ -204,7 +221,9 @@ class Zstd(Codec):
         return any(self.plain.check(line) == -2 for line in text.split(b"\n")[:-1])
 
     def _stop(self, result: Scan, data: bytes, base: int, bad: int, why: str, path: str) -> Scan:
-        """Stop at a frame that is not whole: corruption if a whole frame follows it."""
+        """Stop at a frame that is not whole: corruption if a whole frame follows it whose
+        commit line proves the damaged batch durable (see the module doc)."""
+        own = result.head + 1
         pos = data.find(MAGIC, bad + 1)
         while pos >= 0:
             n = frame_size(data, pos)
@@ -214,7 +233,7 @@ class Zstd(Codec):
                 except ZstdError:
                     text = b""
                 lines = text.split(b"\n")
-                if len(lines) > 1 and lines[-1] == b"" and self.plain.is_commit(lines[-2]):
+                if len(lines) > 1 and lines[-1] == b"" and self.plain.proves(lines[-2]) >= own:
                     result.damage = (
                         base + bad,
                         f"{path}: byte {base + bad}: {why} inside the committed region",
@@ -282,3 +301,5 @@ class Zstd(Codec):
 ZSTD = Zstd()
 #: The codec of compressed format 3 files (bound to a file by :meth:`Zstd.bind`).
 ZSTD3 = Zstd(PLAIN3)
+#: The codec of compressed format 4 files, the ones this version writes (bound likewise).
+ZSTD4 = Zstd(PLAIN4)

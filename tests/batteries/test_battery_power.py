@@ -14,9 +14,7 @@ CI: 32 cuts per backend (SQLite, JSONL plain, JSONL zstd; half with
 
 from __future__ import annotations
 
-import os
 import random
-import re
 import shutil
 from collections.abc import Callable
 from functools import partial
@@ -27,9 +25,9 @@ import pytest
 from battery_support import record, size
 from power_disk import Mode, recording
 from power_vfs import recording_default_vfs
-from power_workload import Model, PromiseBroken, Snapshot, check_cut, run, text
+from power_workload import Model, Snapshot, check_cut, run, text
 
-from stores import JsonlStore, SqliteStore, StoreCorruptError
+from stores import JsonlStore, SqliteStore
 
 CUTS = size(16, 500)  # per backend and synchronous mode
 OPS = size(40, 120)
@@ -38,28 +36,8 @@ RATE = 0.2
 FIXTURES = Path(__file__).parents[1] / "stores" / "fixtures"
 FIXTURE = FIXTURES / "jsonl-format1"
 MODES: tuple[Mode, ...] = ("none", "all", "some", "some", "some")
-#: A cut: its directory, the model then, its mode, each file's synced size.
-Cut = tuple[Path, Snapshot, str, dict[str, int]]
-_DAMAGE = re.compile(r"^(.*?): byte (\d+): .* inside the committed region$")
-
-
-def _unsynced_damage(dest: Path, error: BaseException | None, sizes: dict[str, int]) -> bool:
-    """The known gap (``docs/reliability.md``): with ``synchronous="normal"`` a session
-    file whose unsynced batches reached the disk out of order (an earlier one's page lost,
-    a later one whole) is refused as damaged inside its committed region. If ``error`` is
-    that refusal *and* its byte lies past everything fsynced of the file, cut the file
-    back to its synced size (what a repair would do) and return True: the caller checks
-    the cut again, so the flushed events must all be there."""
-    match = _DAMAGE.match(str(error)) if isinstance(error, StoreCorruptError) else None
-    if match is None:
-        return False
-    path = Path(match.group(1))
-    rel = os.path.normpath(os.path.relpath(path, dest))
-    synced = sizes.get(rel)
-    if synced is None or int(match.group(2)) < synced or path.stat().st_size <= synced:
-        return False
-    os.truncate(path, synced)
-    return True
+#: A cut: its directory, the model then, its mode.
+Cut = tuple[Path, Snapshot, str]
 
 
 def _read_all(store: Any, model: Model) -> None:
@@ -77,27 +55,19 @@ def _cuts(
     workload: Callable[[Path, random.Random, list[Cut]], None],
     open_store: Callable[[Path], Any],
     battery: str,
-    gap: bool = False,
 ) -> None:
     rng = random.Random(seed)
     taken: list[Cut] = []
-    total = {"cuts": 0, "acknowledged": 0, "found": 0, "runs": 0, "refused_unsynced": 0}
+    total = {"cuts": 0, "acknowledged": 0, "found": 0, "runs": 0}
     by_mode: dict[str, int] = {}
     while total["cuts"] < cuts:
         work = tmp_path / f"run{total['runs']}"
         total["runs"] += 1
         taken.clear()
         workload(work, rng, taken)
-        for dest, snap, mode, sizes in taken[: cuts - total["cuts"]]:
+        for dest, snap, mode in taken[: cuts - total["cuts"]]:
             where = f"{battery} {dest.name} ({mode})"
-            while True:
-                try:
-                    found = check_cut(partial(open_store, dest), snap, where)
-                    break
-                except PromiseBroken as exc:
-                    if not (gap and _unsynced_damage(dest, exc.__cause__, sizes)):
-                        raise
-                    total["refused_unsynced"] += 1
+            found = check_cut(partial(open_store, dest), snap, where)
             total["cuts"] += 1
             total["acknowledged"] += snap.acknowledged_events
             total["found"] += found
@@ -127,8 +97,8 @@ def _jsonl_workload(compress: bool, full: bool) -> Callable[..., None]:
                     return
                 mode = rng.choice(MODES)
                 dest = work / f"cut{n}"
-                sizes = disk.cut(str(dest), rng, mode)
-                taken.append((dest, model.snapshot(), mode, sizes))
+                disk.cut(str(dest), rng, mode)
+                taken.append((dest, model.snapshot(), mode))
 
             disk.on_call = on_call
             store = JsonlStore(root, synchronous=sync, compress=compress)
@@ -156,7 +126,6 @@ def test_jsonl_power_cuts_keep_every_acknowledged_event(
         workload=_jsonl_workload(compress, sync == "full"),
         open_store=lambda d: JsonlStore(d, compress=compress),
         battery=f"power-jsonl-{'zstd' if compress else 'plain'}-{sync}",
-        gap=sync == "normal",
     )
 
 
@@ -182,7 +151,7 @@ def _sqlite_workload(full: bool) -> Callable[..., None]:
                 mode = rng.choice(MODES)
                 dest = work / f"cut{n}"
                 vfs.cut(str(dest), rng, mode)
-                taken.append((dest, model.snapshot(), mode, {}))
+                taken.append((dest, model.snapshot(), mode))
 
             vfs.on_call = on_call
             store = SqliteStore(db, synchronous=sync)

@@ -7,14 +7,14 @@ returned was fsynced), so it must read as a torn last batch -- dropped whole, ev
 earlier batch served -- never as damage inside the committed region. The same damage
 followed by a later whole batch *is* corruption (``StoreCorruptError``).
 
-The last test pins the gap the power battery found and this branch leaves open: with
-``synchronous="normal"`` two unsynced batches can reach the disk out of order, and the
-session is then refused although every flushed event is intact on disk."""
+With ``synchronous="normal"`` several unsynced batches can reach the disk out of order
+(an earlier one's page lost, a later one whole): a commit line says how far its file was
+known durable when it was written (format 4's ``"s"``), so damage past that point is a torn
+tail -- the unsynced batches dropped whole, every flushed event served."""
 
 from __future__ import annotations
 
 import base64
-import os
 import random
 from pathlib import Path
 
@@ -88,15 +88,12 @@ def test_the_same_damage_before_a_later_batch_is_corruption(tmp_path: Path, comp
 
 
 @pytest.mark.parametrize("compress", [False, True], ids=["plain", "zstd"])
-def test_known_gap_unsynced_batches_out_of_order_refuse_the_session(
+def test_unsynced_batches_out_of_order_drop_back_to_the_flush(
     tmp_path: Path, compress: bool
 ) -> None:
-    """The open gap (docs/reliability.md): with synchronous="normal", two unsynced batches
-    after a flush, the first one's early page lost and the second one whole: the session
-    is refused (StoreCorruptError at a byte past everything fsynced) although the flushed
-    event is intact on disk -- cut back to the synced size, it reads again. A fix (a
-    durable record of each file's synced end) makes the first assertion fail: then the
-    session must read as the flushed event."""
+    """synchronous="normal", two unsynced batches after a flush, the first one's early page
+    lost and the second one whole: the session reads as exactly the flushed event (the
+    unsynced batches dropped whole), and the next writer continues after it."""
     rng = random.Random(34)
     store = JsonlStore(tmp_path, compress=compress)
     try:
@@ -108,17 +105,43 @@ def test_known_gap_unsynced_batches_out_of_order_refuse_the_session(
         store.append("s", [NewEvent("small", {"n": 5})])  # unsynced too, and it survives
     finally:
         store.close()
+    assert path.stat().st_size > (synced // PAGE + 1) * PAGE  # the second batch is whole
     _lose_page(path, synced)
     store = JsonlStore(tmp_path, compress=compress)
     try:
-        with pytest.raises(StoreCorruptError, match=f"byte {synced}: .* committed region"):
-            store.read("s")
+        assert [(e.seq, e.data) for e in store.read("s")] == [(1, {"n": 0})]
+        assert store.head("s") == 1
+        assert store.append("s", [NewEvent("small", {"n": 2})]) == 2  # truncates the tail
+        assert [e.data for e in store.read("s")] == [{"n": 0}, {"n": 2}]
+        assert store.check_integrity() == (True, "ok")
     finally:
         store.close()
-    os.truncate(path, synced)
+    assert path.stat().st_size < synced + PAGE  # the dropped batches are gone from the file
+
+
+@pytest.mark.parametrize("compress", [False, True], ids=["plain", "zstd"])
+def test_damage_before_a_later_flush_is_corruption_in_normal_mode(
+    tmp_path: Path, compress: bool
+) -> None:
+    """synchronous="normal": a batch flushed and then followed by a batch written after the
+    flush, the flushed one damaged: that batch was durable, so the session is refused with
+    StoreCorruptError, not cut back."""
+    rng = random.Random(35)
     store = JsonlStore(tmp_path, compress=compress)
     try:
-        assert [(e.seq, e.data) for e in store.read("s")] == [(1, {"n": 0})]
+        store.append("s", [NewEvent("small", {"n": 0})])
+        path = tmp_path / "sessions" / "s.jsonl"
+        first_end = path.stat().st_size
+        store.append("s", [NewEvent("big", {"pad": _incompressible(rng, 1500)}) for _ in range(4)])
+        store.sync()
+        store.append("s", [NewEvent("small", {"n": 5})])
+    finally:
+        store.close()
+    _lose_page(path, first_end)
+    store = JsonlStore(tmp_path, compress=compress)
+    try:
+        with pytest.raises(StoreCorruptError, match=f"byte {first_end}: .* committed region"):
+            store.read("s")
     finally:
         store.close()
 

@@ -1,6 +1,6 @@
-"""Format 3 ties every record to its session file: a line (or a zstd frame) copied from
-another session's file is StoreCorruptError naming the file and the offset, wherever it
-is put; format 2 files are read as before and migrated by their first writer."""
+"""Formats 3 and 4 tie every record to its session file: a line (or a zstd frame) copied
+from another session's file is StoreCorruptError naming the file and the offset, wherever
+it is put; format 2 and 3 files are read as before and migrated by their first writer."""
 
 from __future__ import annotations
 
@@ -89,7 +89,7 @@ def test_lines_name_their_file(tmp_path: Path) -> None:
     store = JsonlStore(tmp_path / "k")
     try:
         [header_line, *events, _] = s.read_bytes().split(b"\n")
-        assert json.loads(header_line)["format"] == 3
+        assert json.loads(header_line)["format"] == 4
         view = store._view("s")
         assert view is not None
         tag = file_key(view.header)
@@ -104,11 +104,14 @@ FIXTURES = Path(__file__).with_name("fixtures")
 OLD = [{"text": "hi"}, {"text": "hello"}, {"i": 3}]
 
 
-@pytest.mark.parametrize("fixture", ["jsonl-format2", "jsonl-format2-zstd"])
-def test_format2_file_reads_as_before_and_is_migrated(tmp_path: Path, fixture: str) -> None:
-    """A format 2 file (plain or compressed, written by the previous version) is read as
-    it is by a read-only handle; the first writer migrates it to format 3 keeping its
+@pytest.mark.parametrize(
+    "fixture", ["jsonl-format2", "jsonl-format2-zstd", "jsonl-format3", "jsonl-format3-zstd"]
+)
+def test_older_file_reads_as_before_and_is_migrated(tmp_path: Path, fixture: str) -> None:
+    """A format 2 or 3 file (plain or compressed, written by an earlier version) is read as
+    it is by a read-only handle; the first writer migrates it to format 4 keeping its
     encoding, the source byte-identical in migrated/."""
+    version = 3 if "format3" in fixture else 2
     compress = fixture.endswith("zstd")
     if compress:
         pytest.importorskip("zstandard")
@@ -131,10 +134,10 @@ def test_format2_file_reads_as_before_and_is_migrated(tmp_path: Path, fixture: s
     finally:
         writer.close()
     [kept] = (root / "migrated").iterdir()
-    assert kept.name.endswith(".v2.jsonl")
+    assert kept.name.endswith(f".v{version}.jsonl")
     assert kept.read_bytes() == source
     now = path.read_bytes()
     assert now.startswith(b"\x28\xb5\x2f\xfd") == compress
     if not compress:
-        assert now.startswith(b'{"tidelog":"session","format":3,"id":"chat"')
+        assert now.startswith(b'{"tidelog":"session","format":4,"id":"chat"')
         assert now.count(b',"f":"') == 4

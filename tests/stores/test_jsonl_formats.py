@@ -151,7 +151,7 @@ def test_first_write_migrates_format1_leaving_the_source_byte_identical(
     assert kept.read_bytes() == source
     text = unzstd(path) if compress else path.read_bytes()
     assert path.read_bytes().startswith(MAGIC) == compress
-    assert text.startswith(b'{"tidelog":"session","format":3,"id":"chat"')
+    assert text.startswith(b'{"tidelog":"session","format":4,"id":"chat"')
     assert b"torn" not in text
     assert session_file(legacy, "Other/ID").read_bytes() == other
 
@@ -274,10 +274,10 @@ def test_torn_last_frame_is_not_served_and_next_writer_truncates_it(zroot: Path)
 
 @pytest.mark.parametrize("where", ["block", "checksum"])
 def test_damaged_frame_before_a_whole_one_is_corruption(zroot: Path, where: str) -> None:
-    """A frame that does not decode, followed by a whole frame, is damage inside the
-    committed region: StoreCorruptError names the file and the frame's offset; a damaged
-    last frame counts as torn."""
-    store = JsonlStore(zroot, compress=True)
+    """A frame that does not decode, followed by a whole frame written after it was synced,
+    is damage inside the committed region: StoreCorruptError names the file and the
+    frame's offset; a damaged last frame counts as torn."""
+    store = JsonlStore(zroot, compress=True, synchronous="full")
     for n in range(3):
         store.append("s", [NewEvent("k", {"n": n, "pad": "x" * 50}) for _ in range(3)])
     store.close()
@@ -306,8 +306,9 @@ def test_damaged_frame_before_a_whole_one_is_corruption(zroot: Path, where: str)
 
 
 def test_frame_claiming_an_absurd_size_is_damage_not_an_allocation(zroot: Path) -> None:
-    """A frame whose header claims 4 GiB of content is damaged: torn if last, else corrupt."""
-    store = JsonlStore(zroot, compress=True)
+    """A frame whose header claims 4 GiB of content is damaged: torn if last, else (a
+    synced frame) corrupt."""
+    store = JsonlStore(zroot, compress=True, synchronous="full")
     for n in range(3):
         store.append("s", [NewEvent("k", {"n": n, "i": i, "p": "x" * 400}) for i in range(200)])
     store.close()
@@ -334,7 +335,7 @@ def test_frame_claiming_an_absurd_size_is_damage_not_an_allocation(zroot: Path) 
     "content",
     [
         b"hello, zstd\n",
-        b'{"tidelog":"session","format":4,"id":"s"}\n',
+        b'{"tidelog":"session","format":5,"id":"s"}\n',
         b'{"tidelog":"session","format":1,"id":"s","incarnation":1,"epoch":0,"cuts":[],'
         b'"created_at":1.0,"updated_at":1.0,"header":{},"parent":null,"base_seq":0,'
         b'"bases":[]}\n',

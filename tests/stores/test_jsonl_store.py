@@ -89,13 +89,13 @@ def test_ids_differing_in_case_or_long_prefix_get_distinct_names() -> None:
 
 
 def test_header_record_comes_first(store: JsonlStore, root: Path) -> None:
-    """The first line names the session, format 3 and its lineage; events follow, one line
+    """The first line names the session, format 4 and its lineage; events follow, one line
     each with its own CRC-32, the last of a batch with its commit mark."""
     store.create("s", {"title": "t"})
     store.append("s", [NewEvent("k", 1, run_id="r"), NewEvent("k", 2)])
     lines = session_file(root, "s").read_bytes().split(b"\n")
     header = json.loads(lines[0])
-    assert (header["tidelog"], header["format"], header["id"]) == ("session", 3, "s")
+    assert (header["tidelog"], header["format"], header["id"]) == ("session", 4, "s")
     assert header["header"] == {"title": "t"}
     assert header["parent"] is None
     first, second = json.loads(lines[1]), json.loads(lines[2])
@@ -154,9 +154,10 @@ def test_damaged_last_batch_counts_as_torn(store: JsonlStore, root: Path) -> Non
 
 @pytest.mark.parametrize("damage", ["flip", "gap", "garbage"])
 def test_damage_inside_committed_region_is_corruption(root: Path, damage: str) -> None:
-    """A damaged, missing or unparsable record followed by a later commit mark raises
-    StoreCorruptError naming the file and the byte offset, on reads and writes alike."""
-    store = JsonlStore(root)
+    """A damaged, missing or unparsable record of a synced batch followed by a later
+    commit mark raises StoreCorruptError naming the file and the byte offset, on reads and
+    writes alike."""
+    store = JsonlStore(root, synchronous="full")
     batches(store, "s", [2, 1, 3])
     store.close()
     path = session_file(root, "s")
@@ -180,6 +181,28 @@ def test_damage_inside_committed_region_is_corruption(root: Path, damage: str) -
                 call()
             assert str(path) in str(info.value)
             assert f"byte {offset}" in str(info.value)
+    finally:
+        store.close()
+
+
+def test_damage_past_the_last_flush_is_a_torn_tail(root: Path) -> None:
+    """synchronous="normal": a record damaged after the last flush barrier, with later
+    whole batches, was never durable: the session reads up to the barrier, and the next
+    writer drops the rest and continues there."""
+    store = JsonlStore(root)
+    batches(store, "s", [2])
+    store.sync()
+    batches(store, "s", [1, 3])
+    store.close()
+    path = session_file(root, "s")
+    lines = path.read_bytes().split(b"\n")
+    lines[3] = lines[3].replace(b'"batch":0', b'"batch":7')  # the first unsynced batch
+    path.write_bytes(b"\n".join(lines))
+    store = JsonlStore(root)
+    try:
+        assert store.head("s") == 2
+        assert store.append("s", [NewEvent("k")]) == 3
+        assert store.check_integrity() == (True, "ok")
     finally:
         store.close()
 
