@@ -96,6 +96,7 @@ from ._models import (
     Usage,
 )
 from ._output import OutputValidationError
+from ._parts import FilePart, ImagePart, MessageTooLargeError, Part, TextPart
 from ._projections import ConversationProjection, TurnsProjection, agent_projections
 from ._provider import RetryPolicy
 from ._raw_arguments import raw_arguments
@@ -167,15 +168,18 @@ __all__ = [
     "Decision",
     "Entry",
     "FactsProjection",
+    "FilePart",
     "ForkPointError",
     "FunctionTool",
     "Handoff",
     "History",
     "IfRunExists",
+    "ImagePart",
     "MaxTurnsExceededError",
     "MemoryCheckpointer",
     "MemoryHistory",
     "MessageArrayStore",
+    "MessageTooLargeError",
     "Model",
     "ModelConnectionError",
     "ModelError",
@@ -192,6 +196,7 @@ __all__ = [
     "OpenAIResponsesModel",
     "OutputNotStorableError",
     "OutputValidationError",
+    "Part",
     "PruneAction",
     "PruneReport",
     "RequestedCall",
@@ -223,6 +228,7 @@ __all__ = [
     "StreamRestarted",
     "StreamingModel",
     "TextDelta",
+    "TextPart",
     "ToolArgumentsError",
     "ToolCall",
     "ToolCallDelta",

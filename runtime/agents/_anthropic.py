@@ -7,7 +7,15 @@ left out: the API refuses empty blocks), the :class:`ToolCall` entries after it
 ``tool_use`` blocks of the same assistant message; a :class:`ToolResult` a
 ``tool_result`` block (``is_error`` kept) in a user message. Consecutive blocks of one
 role share a message, as the API wants roles to alternate. Handoffs are tool calls and
-results like any other; sidecar entries are never sent. Response ->
+results like any other; sidecar entries are never sent. Parts become blocks after the
+text (plain messages are sent as before): ``text`` (empty ones left out), ``image``
+(source ``url``, or ``base64`` with the media type), and ``document`` for a file
+(``title``: its name) -- bytes of ``application/pdf`` as a ``base64`` source, of
+``text/*`` as a ``text`` source (UTF-8), of ``image/*`` as an image block; a ``url``
+source; a ``file`` source for a ``file_id`` (the Files API may need its beta header on
+the client). A tool result with parts has these blocks as its ``content``. Bytes of
+another media type, or text that is not UTF-8, cannot be sent:
+:class:`~runtime.agents.ModelRequestError`. Response ->
 :class:`ModelResponse`: the text blocks, the ``tool_use`` blocks, the stop reason
 (``end_turn``/``stop_sequence`` -> ``"stop"``, ``tool_use`` -> ``"tool_calls"``,
 ``max_tokens`` -> ``"length"``, ``refusal`` -> ``"content_filter"``), and usage:
@@ -24,6 +32,7 @@ from typing import Any
 
 import anthropic
 
+from ._errors import ModelRequestError
 from ._models import (
     UNPARSED_ARGUMENTS,
     ModelRequest,
@@ -35,6 +44,7 @@ from ._models import (
     Usage,
 )
 from ._openai import parse_arguments
+from ._parts import FilePart, ImagePart, Part, TextPart
 from ._provider import ProviderModel, RetryPolicy, stream_cut
 from ._transcript import AssistantMessage, Entry, ToolCall, ToolResult, UserMessage
 
@@ -49,6 +59,65 @@ _STOP = {
 }
 
 
+def anthropic_block(part: ImagePart | FilePart) -> dict[str, Any]:
+    """An image or file part as a Messages API block (see the module docstring)."""
+    if isinstance(part, ImagePart):
+        if part.url is not None:
+            return {"type": "image", "source": {"type": "url", "url": part.url}}
+        source = {"type": "base64", "media_type": part.media_type, "data": part.base64}
+        return {"type": "image", "source": source}
+    family = (part.media_type or "").split("/", 1)[0]
+    if part.file_id is not None:
+        source = {"type": "file", "file_id": part.file_id}
+        if family == "image":
+            return {"type": "image", "source": source}
+    elif part.url is not None:
+        source = {"type": "url", "url": part.url}
+    elif family == "image":
+        return {"type": "image", "source": {**_base64(part), "media_type": part.media_type}}
+    elif part.media_type == "application/pdf":
+        source = {**_base64(part), "media_type": "application/pdf"}
+    elif family == "text":
+        assert part.data is not None
+        try:
+            text = part.data.decode("utf-8")
+        except UnicodeDecodeError:
+            raise ModelRequestError(
+                "anthropic", f"the text file {file_label(part)} is not UTF-8"
+            ) from None
+        source = {"type": "text", "media_type": "text/plain", "data": text}
+    else:
+        raise ModelRequestError(
+            "anthropic",
+            f"the Messages API takes no {part.media_type} file ({file_label(part)}): send a "
+            "PDF, text or image, or the file by url= or file_id=",
+        )
+    block: dict[str, Any] = {"type": "document", "source": source}
+    if part.name is not None:
+        block["title"] = part.name
+    return block
+
+
+def _base64(part: FilePart) -> dict[str, Any]:
+    return {"type": "base64", "data": part.base64}
+
+
+def file_label(part: FilePart) -> str:
+    return repr(part.name) if part.name is not None else "unnamed"
+
+
+def anthropic_content(parts: tuple[Part, ...]) -> list[dict[str, Any]]:
+    """Parts as content blocks; empty texts left out (the API refuses empty blocks)."""
+    blocks = []
+    for part in parts:
+        if isinstance(part, TextPart):
+            if part.text:
+                blocks.append({"type": "text", "text": part.text})
+        else:
+            blocks.append(anthropic_block(part))
+    return blocks
+
+
 def anthropic_messages(entries: tuple[Entry, ...]) -> list[dict[str, Any]]:
     """The transcript as Messages API messages (see the module docstring)."""
     messages: list[dict[str, Any]] = []
@@ -61,7 +130,9 @@ def anthropic_messages(entries: tuple[Entry, ...]) -> list[dict[str, Any]]:
 
     for entry in entries:
         if isinstance(entry, UserMessage):
-            add("user", {"type": "text", "text": entry.text})
+            blocks = anthropic_content(entry.content) if entry.parts else []
+            for part_block in blocks or [{"type": "text", "text": entry.text}]:
+                add("user", part_block)
         elif isinstance(entry, AssistantMessage):
             if entry.text:
                 add("assistant", {"type": "text", "text": entry.text})
@@ -74,10 +145,13 @@ def anthropic_messages(entries: tuple[Entry, ...]) -> list[dict[str, Any]]:
                 {"type": "tool_use", "id": entry.call_id, "name": entry.name, "input": arguments},
             )
         elif isinstance(entry, ToolResult):
+            content: Any = entry.output
+            if entry.parts:
+                content = anthropic_content(entry.content)
             block: dict[str, Any] = {
                 "type": "tool_result",
                 "tool_use_id": entry.call_id,
-                "content": entry.output,
+                "content": content,
             }
             if entry.is_error:
                 block["is_error"] = True

@@ -171,7 +171,9 @@ class ModelServerError(ModelError):
 
 class ModelRequestError(ModelError):
     """HTTP 4xx other than 408, 409 and 429: the request itself is refused (bad request,
-    authentication, permission, not found). Not retried: fix the request or the key."""
+    authentication, permission, not found); or, without a status, the adapter cannot
+    send it (a message part the API does not take). Not retried: fix the request or
+    the key."""
 
 
 class ModelResponseError(ModelError):

@@ -153,7 +153,7 @@ def trimmed_result(result: ToolResult, keep_chars: int) -> ToolResult | None:
     marker = trim_marker(result.call_id, cut, len(output))
     if keep_chars + len(marker) >= len(output):
         return None  # would not shrink by more than the marker costs
-    return ToolResult(result.call_id, output[:keep_chars] + marker, result.is_error)
+    return attrs.evolve(result, output=output[:keep_chars] + marker)
 
 
 def plan_rewind(

@@ -318,7 +318,10 @@ class Run:
         try:
             ctx = attrs.evolve(self.ctx, call_id=call.call_id, sink=CallSink(self, call.call_id))
             output = await tool.call(ctx, kwargs)
-            result = ToolResult(call.call_id, output)
+            if isinstance(output, str):
+                result = ToolResult(call.call_id, output)
+            else:
+                result = ToolResult(call.call_id, output[0], parts=output[1])
         except trio.TooSlowError:
             text = f"TimeoutError: the tool {tool.name!r} did not finish within {tool.timeout}s"
             result = ToolResult(call.call_id, text, is_error=True)

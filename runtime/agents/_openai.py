@@ -7,7 +7,16 @@ Mapping, transcript -> messages: the system prompt is a ``system`` message; a
 message, which the :class:`ToolCall` entries after it join as ``tool_calls`` (calls
 without a message before them get an assistant message of their own); a
 :class:`ToolResult` a ``tool`` message. Handoffs are tool calls and results like any
-other. Sidecar entries are never sent. Response -> :class:`ModelResponse`: the message's
+other. Sidecar entries are never sent.
+
+Parts (images, files, more text) make a message's ``content`` a list of content parts:
+``text``, ``image_url`` (the URL, or a ``data:`` URL of the bytes; ``detail`` when set)
+and ``file`` (``file_data`` as a ``data:`` URL with ``filename``: the part's name or
+``file.<ext>``; or ``file_id``). A file by URL cannot be sent (the API takes none):
+:class:`~runtime.agents.ModelRequestError`. A ``tool`` message holds text only, so a
+tool result's text parts stay in it and its images and files follow the group of tool
+messages in a ``user`` message that names the call. Plain messages are sent as strings,
+as before. Response -> :class:`ModelResponse`: the message's
 content (or refusal), its tool calls (arguments parsed from JSON; text that is not a JSON
 object is kept under ``UNPARSED_ARGUMENTS``), the finish reason, and usage with
 ``prompt_tokens_details.cached_tokens``.
@@ -26,6 +35,7 @@ import openai
 
 from stores import JSON
 
+from ._errors import ModelRequestError
 from ._models import (
     UNPARSED_ARGUMENTS,
     ModelRequest,
@@ -36,8 +46,16 @@ from ._models import (
     ToolCallDelta,
     Usage,
 )
+from ._parts import FilePart, ImagePart, Part, TextPart, data_url, file_name
 from ._provider import ProviderModel, RetryPolicy, stream_cut
-from ._transcript import AssistantMessage, Entry, ToolCall, ToolResult, UserMessage
+from ._transcript import (
+    AssistantMessage,
+    Entry,
+    SidecarEntry,
+    ToolCall,
+    ToolResult,
+    UserMessage,
+)
 
 __all__ = ["OpenAIChatModel", "parse_arguments", "unparse_arguments"]
 
@@ -63,12 +81,48 @@ def unparse_arguments(arguments: dict[str, JSON]) -> str:
     return json.dumps(arguments, ensure_ascii=False)
 
 
+def chat_part(part: Part) -> dict[str, Any]:
+    """One part as a Chat Completions content part (see the module docstring)."""
+    if isinstance(part, TextPart):
+        return {"type": "text", "text": part.text}
+    if isinstance(part, ImagePart):
+        image: dict[str, Any] = {"url": part.url if part.url is not None else data_url(part)}
+        if part.detail is not None:
+            image["detail"] = part.detail
+        return {"type": "image_url", "image_url": image}
+    return {"type": "file", "file": _chat_file(part)}
+
+
+def _chat_file(part: FilePart) -> dict[str, Any]:
+    if part.file_id is not None:
+        file: dict[str, Any] = {"file_id": part.file_id}
+        if part.name is not None:
+            file["filename"] = part.name
+        return file
+    if part.url is not None:
+        raise ModelRequestError(
+            "openai",
+            f"Chat Completions takes no file by URL ({part.url!r}): send its bytes "
+            "(FilePart(data=...)) or an uploaded file_id, or use OpenAIResponsesModel",
+        )
+    return {"file_data": data_url(part), "filename": file_name(part)}
+
+
 def chat_messages(system: str, entries: tuple[Entry, ...]) -> list[dict[str, Any]]:
     """The transcript as Chat Completions messages (see the module docstring)."""
     messages: list[dict[str, Any]] = [{"role": "system", "content": system}] if system else []
+    attached: list[dict[str, Any]] = []  # tool results' images and files, sent after them
     for entry in entries:
+        if isinstance(entry, SidecarEntry):
+            continue
+        if attached and not isinstance(entry, ToolResult):
+            messages.extend(attached)
+            attached.clear()
         if isinstance(entry, UserMessage):
-            messages.append({"role": "user", "content": entry.text})
+            content: Any = entry.text
+            if entry.parts:
+                content = [chat_part(p) for p in entry.content]
+            messages.append({"role": "user", "content": content})
         elif isinstance(entry, AssistantMessage):
             messages.append({"role": "assistant", "content": entry.text})
         elif isinstance(entry, ToolCall):
@@ -87,9 +141,17 @@ def chat_messages(system: str, entries: tuple[Entry, ...]) -> list[dict[str, Any
                 }
             )
         elif isinstance(entry, ToolResult):
-            messages.append(
-                {"role": "tool", "tool_call_id": entry.call_id, "content": entry.output}
-            )
+            content = entry.output
+            if entry.parts:
+                texts = [p for p in entry.content if isinstance(p, TextPart)]
+                content = [chat_part(p) for p in texts] or ""
+                others = [chat_part(p) for p in entry.parts if not isinstance(p, TextPart)]
+                if others:
+                    note = f"Attached to the result of tool call {entry.call_id}:"
+                    others.insert(0, {"type": "text", "text": note})
+                    attached.append({"role": "user", "content": others})
+            messages.append({"role": "tool", "tool_call_id": entry.call_id, "content": content})
+    messages.extend(attached)
     return messages
 
 

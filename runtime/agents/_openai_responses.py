@@ -5,12 +5,16 @@ checkpoint is the state. Mapping, transcript -> ``input`` items: the system prom
 ``instructions``; a :class:`UserMessage` / :class:`AssistantMessage` an input message of
 that role; a :class:`ToolCall` a ``function_call`` item; a :class:`ToolResult` a
 ``function_call_output`` item (handoffs are calls and results like any other); sidecar
-entries are never sent. Response -> :class:`ModelResponse`: the ``output_text`` of the
-message items, the ``function_call`` items, usage with
-``input_tokens_details.cached_tokens``, and a finish reason derived from the items and
-the status (``"tool_calls"``, ``"stop"``, or an incomplete response's reason, e.g.
-``"max_output_tokens"`` becomes ``"length"``). The output type goes out as
-``text.format`` (``json_schema``). A ``response.failed`` or ``error`` event in a stream
+entries are never sent. Parts make a message's ``content`` (and a tool result's
+``output``) a list of ``input_text``, ``input_image`` (``image_url``: the URL or a
+``data:`` URL of the bytes; ``detail``, ``"auto"`` unless set) and ``input_file``
+(``file_data`` as a ``data:`` URL with ``filename``: the part's name or ``file.<ext>``;
+``file_url``; or ``file_id``); plain ones stay strings, as before. Response ->
+:class:`ModelResponse`: the ``output_text`` of the message items, the ``function_call``
+items, usage with ``input_tokens_details.cached_tokens``, and a finish reason derived
+from the items and the status (``"tool_calls"``, ``"stop"``, or an incomplete
+response's reason, e.g. ``"max_output_tokens"`` becomes ``"length"``). The output type
+goes out as ``text.format`` (``json_schema``). A ``response.failed`` or ``error`` event in a stream
 is a server error (retried like a 5xx).
 """
 
@@ -32,6 +36,7 @@ from ._models import (
     Usage,
 )
 from ._openai import parse_arguments, unparse_arguments
+from ._parts import ImagePart, Part, TextPart, data_url, file_name
 from ._provider import ProviderModel, RetryPolicy, stream_cut
 from ._transcript import AssistantMessage, Entry, ToolCall, ToolResult, UserMessage
 
@@ -40,12 +45,35 @@ __all__ = ["OpenAIResponsesModel"]
 _INCOMPLETE = {"max_output_tokens": "length", "content_filter": "content_filter"}
 
 
+def response_part(part: Part) -> dict[str, Any]:
+    """One part as a Responses API input content item (see the module docstring)."""
+    if isinstance(part, TextPart):
+        return {"type": "input_text", "text": part.text}
+    if isinstance(part, ImagePart):
+        url = part.url if part.url is not None else data_url(part)
+        return {"type": "input_image", "image_url": url, "detail": part.detail or "auto"}
+    item: dict[str, Any] = {"type": "input_file"}
+    if part.file_id is not None:
+        item["file_id"] = part.file_id
+    elif part.url is not None:
+        item["file_url"] = part.url
+    else:
+        item["file_data"] = data_url(part)
+        item["filename"] = file_name(part)
+    if part.name is not None:
+        item["filename"] = part.name
+    return item
+
+
 def response_input(entries: tuple[Entry, ...]) -> list[dict[str, Any]]:
     """The transcript as Responses API input items (see the module docstring)."""
     items: list[dict[str, Any]] = []
     for entry in entries:
         if isinstance(entry, UserMessage):
-            items.append({"role": "user", "content": entry.text})
+            content: Any = entry.text
+            if entry.parts:
+                content = [response_part(p) for p in entry.content]
+            items.append({"role": "user", "content": content})
         elif isinstance(entry, AssistantMessage):
             if entry.text:
                 items.append({"role": "assistant", "content": entry.text})
@@ -59,8 +87,11 @@ def response_input(entries: tuple[Entry, ...]) -> list[dict[str, Any]]:
                 }
             )
         elif isinstance(entry, ToolResult):
+            output: Any = entry.output
+            if entry.parts:
+                output = [response_part(p) for p in entry.content]
             items.append(
-                {"type": "function_call_output", "call_id": entry.call_id, "output": entry.output}
+                {"type": "function_call_output", "call_id": entry.call_id, "output": output}
             )
     return items
 

@@ -16,7 +16,8 @@ class ConversationProjection(Projection):
     (lite-agent: the event-log checkpointer design, with a SQLite backend and a
     conformance suite, that this project started from).
 
-    ``user`` and ``assistant`` events push a message (an assistant's ``tool_call`` events
+    ``user`` and ``assistant`` events push a message (with its ``parts`` as stored, when it
+    has images or files; a tool result likewise) (an assistant's ``tool_call`` events
     attach to it); consecutive ``tool_result`` events coalesce into one ``tool`` message;
     sidecar kinds (``tool_started``, ``file_snapshot``, ``permission_decision``,
     ``context_view``, unknown kinds...) are ignored and do not split a group of results; a
@@ -41,7 +42,10 @@ class ConversationProjection(Projection):
             text = data.get("text", event.data)
             return [{"role": "summary", "content": text}]
         if kind == "user":
-            state.append({"role": "user", "content": data.get("text")})
+            message: dict[str, JSON] = {"role": "user", "content": data.get("text")}
+            if "parts" in data:
+                message["parts"] = data["parts"]
+            state.append(message)
         elif kind == "assistant":
             state.append({"role": "assistant", "content": data.get("text"), "tool_calls": []})
         elif kind == "tool_call":
@@ -58,11 +62,13 @@ class ConversationProjection(Projection):
             else:
                 state.append({"role": "assistant", "content": "", "tool_calls": [call]})
         elif kind == "tool_result":
-            result: JSON = {
+            result: dict[str, JSON] = {
                 "id": data.get("call_id"),
                 "output": data.get("output"),
                 "is_error": bool(data.get("is_error", False)),
             }
+            if "parts" in data:
+                result["parts"] = data["parts"]
             last = state[-1] if state else None
             if isinstance(last, dict) and last.get("role") == "tool":
                 results = last["results"]

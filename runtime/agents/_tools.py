@@ -26,6 +26,7 @@ import trio
 from stores import JSON, InvalidArgumentError, decode_json, encode_json
 
 from ._models import UNPARSED_ARGUMENTS
+from ._parts import Part, parts_of
 from ._schema import describe_errors, parse_docs, pydantic_type, strict_schema
 from ._sidecars import DEFAULT_SNAPSHOT_QUOTA, CallSink
 from ._transcript import Entry, SidecarEntry, ToolCall
@@ -151,15 +152,21 @@ class FunctionTool:
             )
         return self.validator(arguments)
 
-    async def invoke(self, ctx: RunContext, arguments: dict[str, JSON]) -> str:
+    async def invoke(
+        self, ctx: RunContext, arguments: dict[str, JSON]
+    ) -> str | tuple[str, tuple[Part, ...]]:
         """Validate ``arguments``, run the body (within :attr:`timeout`), and return its
-        output as text (JSON if it is not a ``str``).
+        output as text (JSON if it is not a ``str``), or, when the body returned parts
+        (an ``ImagePart``, ``FilePart`` or ``TextPart``, or a list of them and ``str``),
+        as ``(text, parts)``: the leading text, then the other parts.
 
         Raises :class:`ToolArgumentsError` (invalid call, the body did not run),
         :class:`trio.TooSlowError` (timeout), or whatever the body raises."""
         return await self.call(ctx, self.validate(arguments))
 
-    async def call(self, ctx: RunContext, kwargs: dict[str, Any]) -> str:
+    async def call(
+        self, ctx: RunContext, kwargs: dict[str, Any]
+    ) -> str | tuple[str, tuple[Part, ...]]:
         """Run the body on ``kwargs`` as :meth:`validate` returned them (the run loop
         validates each call once, before it records that the body may start), within
         :attr:`timeout`, and return its output as :meth:`invoke` does.
@@ -174,7 +181,10 @@ class FunctionTool:
                 # A thread cannot be stopped: on timeout or cancellation the run stops
                 # waiting for it, and its result (when it comes) is dropped.
                 result = await trio.to_thread.run_sync(call, abandon_on_cancel=True)
-        return result if isinstance(result, str) else _to_json_text(result)
+        if isinstance(result, str):
+            return result
+        content = parts_of(result)
+        return content if content is not None else _to_json_text(result)
 
     def schema(self) -> dict[str, JSON]:
         """The tool as a model sees it."""

@@ -4,13 +4,15 @@ A conversation is a list of :data:`Entry` values. Each entry is an immutable
 ``attrs.frozen`` record that maps 1:1 to one tidelog event (a ``kind`` tag plus JSON
 ``data``):
 
-* :class:`UserMessage` -- kind ``user``, data ``{"text": str}``;
+* :class:`UserMessage` -- kind ``user``, data ``{"text": str}`` plus ``"parts": [...]``
+  when it has parts (images, files, more text: see ``_parts``);
 * :class:`AssistantMessage` -- kind ``assistant``, data ``{"text": str}`` plus
   ``"agent": str`` when the agent is set;
 * :class:`ToolCall` -- kind ``tool_call``, data
   ``{"call_id": str, "name": str, "arguments": {...}}``;
 * :class:`ToolResult` -- kind ``tool_result``, data
-  ``{"call_id": str, "output": str, "is_error": bool}``;
+  ``{"call_id": str, "output": str, "is_error": bool}`` plus ``"parts"`` as a user
+  message's;
 * :class:`SidecarEntry` -- any other kind, the data verbatim.
 
 Sidecar entries carry bookkeeping that folding a conversation ignores (tool_started,
@@ -31,7 +33,7 @@ from __future__ import annotations
 
 import re
 from collections import defaultdict, deque
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from typing import Any, ClassVar, Literal, TypeAlias
 
 import attrs
@@ -46,6 +48,8 @@ from stores import (
     decode_json,
     encode_json,
 )
+
+from ._parts import Part, TextPart, check_parts, check_size, parts_from_json, parts_to_json
 
 __all__ = [
     "CONVERSATION_KINDS",
@@ -179,21 +183,47 @@ def _json_copy(value: object, kind: str, what: str) -> Any:
 # --- entries -----------------------------------------------------------------------------
 
 
+def _user_parts(value: Iterable[Part]) -> tuple[Part, ...]:
+    return check_parts(value, "user")
+
+
+def _result_parts(value: Iterable[Part]) -> tuple[Part, ...]:
+    return check_parts(value, "tool_result")
+
+
+def _content(text: str, parts: tuple[Part, ...]) -> tuple[Part, ...]:
+    return ((TextPart(text),) if text else ()) + parts
+
+
 @attrs.frozen
 class UserMessage:
     """A message from the user (event kind ``user``, data ``{"text": ...}``).
 
-    ``text`` is any ``str`` (empty allowed) without lone surrogates.
+    ``text`` is any ``str`` (empty allowed) without lone surrogates. ``parts`` (a
+    sequence of :class:`TextPart`, :class:`ImagePart`, :class:`FilePart`, stored as a
+    tuple) come after the text; with parts the data also holds ``"parts"``, and an entry
+    too large for one event raises :class:`MessageTooLargeError` here.
     """
 
     KIND: ClassVar[Literal["user"]] = "user"
 
-    text: str = attrs.field(validator=_check_str)
+    text: str = attrs.field(default="", validator=_check_str)
+    parts: tuple[Part, ...] = attrs.field(default=(), converter=_user_parts)
+
+    def __attrs_post_init__(self) -> None:
+        if self.parts:
+            check_size(self.KIND, {"text": self.text}, self.parts)
 
     @property
     def kind(self) -> str:
         """The event kind, :attr:`KIND`."""
         return self.KIND
+
+    @property
+    def content(self) -> tuple[Part, ...]:
+        """The whole message in order: the text (as a :class:`TextPart`, unless empty),
+        then :attr:`parts`."""
+        return _content(self.text, self.parts)
 
 
 @attrs.frozen
@@ -254,7 +284,8 @@ class ToolResult:
     """The outcome of the tool call with the same ``call_id`` (event kind ``tool_result``).
 
     ``call_id`` is a non-empty ``str``; ``output`` any ``str`` (empty allowed); ``is_error``
-    a ``bool`` (not an int) telling the model the tool failed.
+    a ``bool`` (not an int) telling the model the tool failed; ``parts`` what the result
+    carries after its text (images, files, more text), as a :class:`UserMessage`'s.
     """
 
     KIND: ClassVar[Literal["tool_result"]] = "tool_result"
@@ -262,11 +293,22 @@ class ToolResult:
     call_id: str = attrs.field(validator=_check_nonempty_str)
     output: str = attrs.field(validator=_check_str)
     is_error: bool = attrs.field(default=False, validator=_check_bool)
+    parts: tuple[Part, ...] = attrs.field(default=(), converter=_result_parts)
+
+    def __attrs_post_init__(self) -> None:
+        if self.parts:
+            data = {"call_id": self.call_id, "output": self.output, "is_error": self.is_error}
+            check_size(self.KIND, data, self.parts)
 
     @property
     def kind(self) -> str:
         """The event kind, :attr:`KIND`."""
         return self.KIND
+
+    @property
+    def content(self) -> tuple[Part, ...]:
+        """The whole result in order: the output (unless empty), then :attr:`parts`."""
+        return _content(self.output, self.parts)
 
 
 @attrs.frozen
@@ -314,6 +356,8 @@ def _check_entry(entry: object, what: str = "entry") -> Entry:
 
 def _entry_data(entry: Entry) -> JSON:
     if isinstance(entry, UserMessage):
+        if entry.parts:
+            return {"text": entry.text, "parts": parts_to_json(entry.parts)}
         return {"text": entry.text}
     if isinstance(entry, AssistantMessage):
         data: dict[str, JSON] = {"text": entry.text}
@@ -326,7 +370,14 @@ def _entry_data(entry: Entry) -> JSON:
         arguments = _json_copy(entry.arguments, entry.KIND, "tool_call.arguments")
         return {"call_id": entry.call_id, "name": entry.name, "arguments": arguments}
     if isinstance(entry, ToolResult):
-        return {"call_id": entry.call_id, "output": entry.output, "is_error": entry.is_error}
+        result: dict[str, JSON] = {
+            "call_id": entry.call_id,
+            "output": entry.output,
+            "is_error": entry.is_error,
+        }
+        if entry.parts:
+            result["parts"] = parts_to_json(entry.parts)
+        return result
     copied: JSON = _json_copy(entry.data, entry.kind, f"sidecar entry {entry.kind!r}: data")
     return copied
 
@@ -361,10 +412,14 @@ def _fields(
     return data
 
 
+def _stored_parts(fields: dict[str, Any], what: str) -> Sequence[Part]:
+    return parts_from_json(fields["parts"], f"{what}.parts") if "parts" in fields else ()
+
+
 def _decode(kind: str, data: object, what: str) -> Entry:
     if kind == UserMessage.KIND:
-        f = _fields(what, data, ("text",), ())
-        return UserMessage(f["text"])
+        f = _fields(what, data, ("text",), ("parts",))
+        return UserMessage(f["text"], _stored_parts(f, what))
     if kind == AssistantMessage.KIND:
         f = _fields(what, data, ("text",), ("agent", "usage"))
         return AssistantMessage(f["text"], f.get("agent"), f.get("usage"))
@@ -372,8 +427,9 @@ def _decode(kind: str, data: object, what: str) -> Entry:
         f = _fields(what, data, ("call_id", "name", "arguments"), ())
         return ToolCall(f["call_id"], f["name"], f["arguments"])
     if kind == ToolResult.KIND:
-        f = _fields(what, data, ("call_id", "output"), ("is_error",))
-        return ToolResult(f["call_id"], f["output"], f.get("is_error", False))
+        f = _fields(what, data, ("call_id", "output"), ("is_error", "parts"))
+        parts = _stored_parts(f, what)
+        return ToolResult(f["call_id"], f["output"], f.get("is_error", False), parts)
     raise AssertionError(kind)  # pragma: no cover
 
 
@@ -382,7 +438,8 @@ def entry_from_event(kind: str, data: JSON) -> Entry:
 
     The conversation kinds are decoded strictly: ``data`` must be an object with exactly
     the documented keys (``assistant``'s ``agent`` may be absent or null, ``tool_result``'s
-    ``is_error`` may be absent, meaning false) and the right field types. Every other kind
+    ``is_error`` may be absent, meaning false; ``parts`` of ``user`` and ``tool_result``
+    may be absent, meaning none) and the right field types. Every other kind
     becomes a :class:`SidecarEntry` holding ``data`` verbatim (copied).
 
     Raises:

@@ -32,7 +32,7 @@ def _register(rt: Runtime) -> None:
         rt.register_projection(projection)
 
 
-@pytest.fixture(params=["memory", "sqlite", "jsonl"])
+@pytest.fixture(params=["memory", "sqlite", "jsonl", "postgres"])
 async def rt(request: pytest.FixtureRequest, tmp_path: pathlib.Path) -> AsyncIterator[Runtime]:
     async with open_runtime(runtime_target(request.param, tmp_path, request)) as runtime:
         _register(runtime)

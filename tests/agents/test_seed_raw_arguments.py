@@ -40,7 +40,7 @@ async def add(x: int) -> str:
     return str(x + 1)
 
 
-@pytest.fixture(params=["memory", "sqlite", "jsonl"])
+@pytest.fixture(params=["memory", "sqlite", "jsonl", "postgres"])
 async def rt(request: pytest.FixtureRequest, tmp_path: pathlib.Path) -> AsyncIterator[Runtime]:
     async with open_runtime(runtime_target(request.param, tmp_path, request)) as runtime:
         yield runtime

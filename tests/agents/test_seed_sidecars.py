@@ -44,7 +44,7 @@ WORKER = pathlib.Path(__file__).with_name("snapshot_worker.py")
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 
 
-@pytest.fixture(params=["memory", "sqlite", "jsonl"])
+@pytest.fixture(params=["memory", "sqlite", "jsonl", "postgres"])
 async def rt(request: pytest.FixtureRequest, tmp_path: pathlib.Path) -> AsyncIterator[Runtime]:
     async with open_runtime(runtime_target(request.param, tmp_path, request)) as runtime:
         for projection in agent_projections():

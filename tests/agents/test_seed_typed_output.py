@@ -38,7 +38,7 @@ class Reading(pydantic.BaseModel):
     value: float
 
 
-@pytest.fixture(params=["memory", "sqlite", "jsonl"])
+@pytest.fixture(params=["memory", "sqlite", "jsonl", "postgres"])
 async def rt(request: pytest.FixtureRequest, tmp_path: pathlib.Path) -> AsyncIterator[Runtime]:
     async with open_runtime(runtime_target(request.param, tmp_path, request)) as runtime:
         yield runtime
