@@ -178,6 +178,7 @@ class Supervisor:
                 ):
                     # It is stopping (its writer handle closed, it died, or it is being
                     # evicted): wait for the stop and start a new one, never attach to it.
+                    life.wake.set()  # (one that died, e.g. deleted on a retry, stops now)
                     await life.actor.state.wait_value(ActorState.STOPPED)
                     continue
             if exclusive and life.handle_open:

@@ -107,7 +107,9 @@ from ._retention import (
     PruneAction,
     PruneReport,
     checkpoint_sessions,
+    control_sessions,
     conversation_sessions,
+    delete_owned,
     prune,
 )
 from ._runner import Runner
@@ -250,7 +252,9 @@ __all__ = [
     "close_interrupted_run",
     "complete_run",
     "context_view",
+    "control_sessions",
     "conversation_sessions",
+    "delete_owned",
     "drop_dangling_tool_calls",
     "entry_from_json",
     "entry_to_json",

@@ -32,6 +32,7 @@ from ._home import SessionHome
 from ._transcript import Entry, entry_from_json, entry_to_event, entry_to_json
 
 __all__ = [
+    "CONTROL_SESSION_PREFIX",
     "HEAD_KIND",
     "IF_RUN_EXISTS",
     "RUN_SESSION_PREFIX",
@@ -45,6 +46,7 @@ __all__ = [
     "begin_run",
     "check_run_id",
     "checkpoint_events",
+    "control_session_id",
 ]
 
 RunStatus: TypeAlias = Literal["running", "awaiting_approval", "interrupted", "completed", "failed"]
@@ -57,6 +59,8 @@ IF_RUN_EXISTS = ("resume", "restart", "fail", "resume_only")
 HEAD_KIND = "tidelog.head"
 #: Session-id prefix of the sessions that hold checkpoints (in the reserved namespace).
 RUN_SESSION_PREFIX = INTERNAL_PREFIX + "run/"
+#: Session-id prefix of the runs' control sessions (stop requests; ``_stopping.py``).
+CONTROL_SESSION_PREFIX = INTERNAL_PREFIX + "ctl/"
 _MAX_RUN_ID = MAX_ID_LENGTH - len(RUN_SESSION_PREFIX)
 
 
@@ -71,6 +75,11 @@ def check_run_id(run_id: object) -> str:
     if not run_id.isprintable():
         raise InvalidArgumentError(f"run_id contains control characters: {run_id!r}")
     return run_id
+
+
+def control_session_id(run_id: str) -> str:
+    """The internal session that carries ``run_id``'s control records."""
+    return CONTROL_SESSION_PREFIX + check_run_id(run_id)
 
 
 def _json_field(value: object, what: str) -> JSON:

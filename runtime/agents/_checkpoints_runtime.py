@@ -9,6 +9,7 @@ run's completion can commit together with its history segment.
 from __future__ import annotations
 
 import contextlib
+import logging
 from collections.abc import AsyncIterator, Sequence
 from contextlib import AbstractAsyncContextManager, AsyncExitStack, asynccontextmanager
 
@@ -34,11 +35,14 @@ from ._checkpoints import (
     RunStatus,
     check_run_id,
     checkpoint_events,
+    control_session_id,
 )
 from ._home import SessionHome
 from ._transcript import Entry, entry_from_stored
 
 __all__ = ["CLAIM_POLL", "RuntimeCheckpointer"]
+
+logger = logging.getLogger("tidelog")
 
 #: How often a claim that waits for the run's owner tries again (seconds).
 CLAIM_POLL = 0.1
@@ -170,14 +174,39 @@ class RuntimeCheckpointer:
     async def delete(self, run_id: str) -> None:
         """See :meth:`Checkpointer.delete`. Under this checkpointer's own claim (a
         ``restart``), the claim's writer empties the run session in one atomic step and
-        the claim goes on holding it. Raises :class:`~stores.SessionOwnedError` while the
-        run is claimed elsewhere."""
+        the claim goes on holding it (its control session stays: the run goes on).
+        Otherwise the run session is deleted, then the run's control session
+        (:meth:`delete_control`; a failure there is logged, not raised: the checkpoint is
+        gone, and the next prune removes what is left). Raises
+        :class:`~stores.SessionOwnedError` while the run is claimed elsewhere."""
         self._unconfirmed.pop(run_id, None)
         claimed = self._claims.get(run_id)
         if claimed is not None:
             await claimed.replace(0, [])
             return
         await self.runtime.delete(self.session_id(run_id))
+        try:
+            await self.delete_control(run_id)
+        except TidelogError as exc:
+            logger.warning("run %s: its control session is left for prune: %r", run_id, exc)
+
+    async def delete_control(self, run_id: str) -> bool:
+        """Delete the control session of ``run_id`` (``tidelog/ctl/<run_id>``, its stop
+        requests) once the run has no checkpoint: under the run's claim, so that no host
+        runs it meanwhile (a host follows the control session only while it holds the
+        claim). ``False``, and nothing deleted, if there is none or the run has a saved
+        checkpoint (again). A control session left behind is harmless: a host follows it
+        only from its head as found when the host starts.
+
+        Raises :class:`~stores.SessionOwnedError` while the run is claimed (a host runs
+        it; the control session is kept), and the errors of ``Runtime.delete``."""
+        control = control_session_id(run_id)
+        if await self.runtime.stat(control) is None:
+            return False
+        async with self.claim(run_id):
+            if await self.load(run_id) is not None:
+                return False
+            return await self.runtime.delete(control)
 
     async def list(self, *, status: RunStatus | None = None) -> list[RunInfo]:
         """See :meth:`Checkpointer.list`."""

@@ -23,15 +23,18 @@ from runtime import (
     SessionOwnedError,
 )
 
-from ._checkpoints import HEAD_KIND, RUN_SESSION_PREFIX, RunHead
+from ._checkpoints import CONTROL_SESSION_PREFIX, HEAD_KIND, RUN_SESSION_PREFIX, RunHead
 from ._history_runtime import RuntimeHistory
+from ._registry import checkpoints
 
 __all__ = [
     "CheckpointSession",
     "PruneAction",
     "PruneReport",
     "checkpoint_sessions",
+    "control_sessions",
     "conversation_sessions",
+    "delete_owned",
     "prune",
 ]
 
@@ -82,14 +85,59 @@ async def checkpoint_sessions(rt: Runtime) -> list[CheckpointSession]:
     return found
 
 
+async def control_sessions(rt: Runtime) -> dict[str, SessionInfo]:
+    """Every stored run control session (``tidelog/ctl/R``: stop requests), by run id."""
+    return {
+        info.id[len(CONTROL_SESSION_PREFIX) :]: info
+        for info in await _sessions(rt, CONTROL_SESSION_PREFIX)
+    }
+
+
 async def conversation_sessions(rt: Runtime, session_id: str) -> list[str]:
-    """The internal sessions that belong to conversation ``session_id``: its runs'
-    checkpoints and its archive of trimmed tool outputs (those that exist)."""
-    owned = [c.session.id for c in await checkpoint_sessions(rt) if c.conversation == session_id]
+    """The internal sessions that belong to conversation ``session_id`` (those that
+    exist): each of its runs' checkpoint followed by the run's control session, the
+    control sessions that name it whose run's checkpoint is gone, and its archive of
+    trimmed tool outputs."""
+    controls = await control_sessions(rt)
+    owned: list[str] = []
+    for run in await checkpoint_sessions(rt):
+        if run.conversation == session_id:
+            owned.append(run.session.id)
+            control = controls.pop(run.run_id, None)
+            if control is not None:
+                owned.append(control.id)
+    runs = {info.id for info in await _sessions(rt, RUN_SESSION_PREFIX)}
+    for control in controls.values():
+        if control.header.get("session_id") == session_id and _run_of(control.id) not in runs:
+            owned.append(control.id)
     archive = RuntimeHistory.archive_session(session_id)
     if await rt.stat(archive) is not None:
         owned.append(archive)
     return owned
+
+
+def _run_id(control: str) -> str:
+    """The run whose control session is ``control``."""
+    return control[len(CONTROL_SESSION_PREFIX) :]
+
+
+def _run_of(control: str) -> str:
+    """The checkpoint session of the run whose control session is ``control``."""
+    return RUN_SESSION_PREFIX + _run_id(control)
+
+
+async def delete_owned(rt: Runtime, session_id: str) -> bool:
+    """Delete one session that :func:`conversation_sessions` or :func:`prune` names: a
+    run's control session through ``RuntimeCheckpointer.delete_control`` (under the
+    run's claim, only once the run has no checkpoint), any other with
+    ``Runtime.delete``. ``False`` if nothing was deleted: it did not exist, or (a control
+    session) its run has a saved checkpoint again.
+
+    Raises :class:`SessionOwnedError` while a live writer holds the session (for a
+    control session: while a host runs its run), and the errors of ``Runtime.delete``."""
+    if session_id.startswith(CONTROL_SESSION_PREFIX):
+        return await checkpoints(rt).delete_control(_run_id(session_id))
+    return await rt.delete(session_id)
 
 
 @attrs.frozen
@@ -224,7 +272,31 @@ async def prune(
                 selected.setdefault(
                     run.session.id, f"beyond the last {keep_last_runs} runs of {conversation!r}"
                 )
+    selected = _with_controls(selected, group_of, existing)
     return await _apply(rt, selected, group_of, existing, held, dry_run, stop, progress)
+
+
+def _with_controls(
+    selected: dict[str, str], group_of: dict[str, str], existing: dict[str, SessionInfo]
+) -> dict[str, str]:
+    """The selection with the runs' control sessions: first those whose run's checkpoint
+    is gone (left by a delete that stopped midway), then each selected checkpoint
+    followed by its run's control session."""
+    out = {
+        sid: f"control session of run {_run_id(sid)!r}, whose checkpoint is gone"
+        for sid in existing
+        if sid.startswith(CONTROL_SESSION_PREFIX) and _run_of(sid) not in existing
+    }
+    for session_id, reason in selected.items():
+        out.setdefault(session_id, reason)
+        if not session_id.startswith(RUN_SESSION_PREFIX):
+            continue
+        control = CONTROL_SESSION_PREFIX + session_id[len(RUN_SESSION_PREFIX) :]
+        if control in existing and control not in out:
+            out[control] = f"control session of a selected checkpoint ({reason})"
+            if session_id in group_of:
+                group_of[control] = group_of[session_id]
+    return out
 
 
 async def _apply(
@@ -253,6 +325,7 @@ async def _apply(
 
     actions: list[PruneAction] = []
     interrupted = False
+    kept_runs: set[str] = set()  # checkpoints kept: their control sessions stay too
     for session_id, reason in selected.items():
         if stop is not None and stop():
             interrupted = True
@@ -261,17 +334,29 @@ async def _apply(
         owner = group_of.get(session_id)
         if kept is None and owner is not None and keeps(owner) is not None:
             kept = f"its conversation {owner!r} is kept: {keeps(owner)}"
+        control = session_id.startswith(CONTROL_SESSION_PREFIX)
+        if kept is None and control and _run_of(session_id) in live | kept_runs:
+            kept = f"its run's checkpoint {_run_of(session_id)!r} is kept"
         if kept is not None:
+            if session_id.startswith(RUN_SESSION_PREFIX):
+                kept_runs.add(session_id)
             actions.append(PruneAction(session_id, reason, kept=kept))
             continue
         if dry_run:
             actions.append(PruneAction(session_id, reason))
         else:
             try:
-                await rt.delete(session_id)
+                deleted = await delete_owned(rt, session_id)
             except SessionOwnedError:
                 live.add(session_id)
-                actions.append(PruneAction(session_id, reason, kept="a live writer holds it"))
+                if session_id.startswith(RUN_SESSION_PREFIX):
+                    kept_runs.add(session_id)
+                why = "a host runs its run" if control else "a live writer holds it"
+                actions.append(PruneAction(session_id, reason, kept=why))
+                continue
+            if control and not deleted and await rt.stat(session_id) is not None:
+                why = "its run has a saved checkpoint again"
+                actions.append(PruneAction(session_id, reason, kept=why))
                 continue
             actions.append(PruneAction(session_id, reason, deleted=True))
         info = existing[session_id]

@@ -24,7 +24,7 @@ from ._loop import Run, drive
 from ._models import Usage
 from ._output import OutputSchema
 from ._registry import history as runtime_history
-from ._stopping import stop_cursor, watch_stops
+from ._stopping import StopCursor, settle_cursor, stop_cursor, watch_stops
 from ._transcript import Entry, UserMessage
 from ._typed_output import output_schema, refuse_unstorable
 
@@ -236,9 +236,9 @@ async def _attempt(
     home = None if checkpoint is None else checkpoint.checkpointer.home(checkpoint.run_id)
     # Stop requests written from here on are for this run: read where they start before
     # the claim, so that none written once the claim is held can be missed.
-    since: int | None = None
+    cursor: StopCursor | None = None
     if home is not None and checkpoint is not None:
-        since = await stop_cursor(home.runtime, checkpoint.run_id)
+        cursor = await stop_cursor(home.runtime, checkpoint.run_id)
     async with AsyncExitStack() as stack:
         snapshot: RunSnapshot | None = None
         if checkpoint is not None:
@@ -248,6 +248,9 @@ async def _attempt(
                 checkpoint.checkpointer.claim(checkpoint.run_id, wait=checkpoint.wait_for_owner)
             )
             snapshot = await begin_run(checkpoint)
+        since: int | None = None
+        if home is not None and checkpoint is not None and cursor is not None:
+            since = await settle_cursor(home.runtime, checkpoint.run_id, cursor)
         run_id = checkpoint.run_id if checkpoint is not None else uuid.uuid4().hex
         if snapshot is not None:
             refuse_unstorable(snapshot)

@@ -21,7 +21,6 @@ import attrs
 import trio
 
 from runtime import (
-    INTERNAL_PREFIX,
     JSON,
     InvalidArgumentError,
     NewEvent,
@@ -30,7 +29,7 @@ from runtime import (
     TidelogError,
 )
 
-from ._checkpoints import RunStatus, check_run_id
+from ._checkpoints import RunStatus, check_run_id, control_session_id
 from ._errors import RunNotFoundError
 from ._registry import checkpoints
 
@@ -39,10 +38,12 @@ if TYPE_CHECKING:
 
 __all__ = [
     "STOP_KIND",
+    "StopCursor",
     "StopOutcome",
     "StopRequested",
     "control_session_id",
     "request_stop",
+    "settle_cursor",
     "stop_cursor",
     "watch_stops",
 ]
@@ -51,12 +52,6 @@ logger = logging.getLogger("tidelog")
 
 #: Event kind of a stop request in a run's control session.
 STOP_KIND = "tidelog.stop"
-_CONTROL_PREFIX = INTERNAL_PREFIX + "ctl/"
-
-
-def control_session_id(run_id: str) -> str:
-    """The internal session that carries ``run_id``'s control records."""
-    return _CONTROL_PREFIX + check_run_id(run_id)
 
 
 class StopRequested(BaseException):
@@ -107,7 +102,7 @@ async def request_stop(runtime: Runtime, run_id: str, *, by: str, reason: str) -
     data: dict[str, JSON] = {"by": by, "reason": reason, "at": time.time()}
     async with runtime.open_session(
         control_session_id(run_id),
-        header={"tidelog": "control", "run_id": run_id},
+        header={"tidelog": "control", "run_id": run_id, "session_id": snapshot.head.session_id},
         shared=True,
         internal=True,
     ) as writer:
@@ -115,11 +110,33 @@ async def request_stop(runtime: Runtime, run_id: str, *, by: str, reason: str) -
     return StopOutcome(run_id=run_id, requested=True, status=status)
 
 
-async def stop_cursor(runtime: Runtime, run_id: str) -> int:
+@attrs.frozen
+class StopCursor:
+    """The run's control session as a host found it before claiming the run: its
+    ``head`` and ``created_at`` (``None``: there was none)."""
+
+    head: int
+    created_at: float | None
+
+
+async def stop_cursor(runtime: Runtime, run_id: str) -> StopCursor:
     """Where a host starting ``run_id`` follows its control session from (requests
-    written before it started are for an earlier host)."""
+    written before it started are for an earlier host); read before the claim, so that
+    no request written once the claim is held can be missed."""
     info = await runtime.stat(control_session_id(run_id))
-    return 0 if info is None else info.head
+    return StopCursor(0, None) if info is None else StopCursor(info.head, info.created_at)
+
+
+async def settle_cursor(runtime: Runtime, run_id: str, before: StopCursor) -> int:
+    """Once the host holds the claim: the seq to follow the control session from.
+    ``before.head``, unless the session was deleted since (its run's checkpoint was
+    deleted meanwhile; a delete takes the claim first, so none comes once the host holds
+    it): then from its start, as every record in a session made anew was written after
+    the host began."""
+    info = await runtime.stat(control_session_id(run_id))
+    if info is None or info.created_at != before.created_at or info.head < before.head:
+        return 0
+    return before.head
 
 
 async def watch_stops(

@@ -18,7 +18,7 @@ import attrs
 import trio
 
 from runtime import JSON, SessionOwnedError, Store, open_runtime
-from runtime.agents import PruneReport, conversation_sessions, prune
+from runtime.agents import PruneReport, conversation_sessions, delete_owned, prune
 from stores import holder_is_dead
 
 from ._errors import EXIT_FOUND, CliError, Interrupted
@@ -131,31 +131,43 @@ async def _delete(args: argparse.Namespace, out: TextIO) -> int:
     failed = 0
     async with writing_runtime(args.db) as rt:
         for session_id in args.sessions:
-            if await rt.stat(session_id) is None:
+            owned = await conversation_sessions(rt, session_id)
+            deleted: list[str] = []
+            if await rt.stat(session_id) is not None:
+                try:
+                    await rt.delete(session_id)  # first: refused while a live writer holds it
+                except SessionOwnedError as exc:
+                    failed += 1
+                    error = f"a live writer holds it ({exc.owner or 'another process'})"
+                    record: dict[str, JSON] = {
+                        "session": session_id,
+                        "deleted": [],
+                        "error": error,
+                    }
+                    listing.add(record, [printable(session_id), "kept: " + error])
+                    continue
+                deleted.append(session_id)
+            # Without the session, what a delete that stopped midway left of it goes.
+            for internal in owned:
+                try:
+                    if await delete_owned(rt, internal):
+                        deleted.append(internal)
+                except SessionOwnedError:
+                    pass  # a run still in progress keeps its checkpoint and control session
+            if not deleted:
                 failed += 1
                 result = {"session": session_id, "deleted": [], "error": "no such session"}
                 listing.add(result, [printable(session_id), "no such session"])
                 continue
-            owned = await conversation_sessions(rt, session_id)
-            try:
-                await rt.delete(session_id)  # first: refused while a live writer holds it
-            except SessionOwnedError as exc:
-                failed += 1
-                error = f"a live writer holds it ({exc.owner or 'another process'})"
-                record: dict[str, JSON] = {"session": session_id, "deleted": [], "error": error}
-                listing.add(record, [printable(session_id), "kept: " + error])
-                continue
-            deleted = [session_id]
-            for internal in owned:
-                try:
-                    await rt.delete(internal)
-                    deleted.append(internal)
-                except SessionOwnedError:
-                    pass  # a run still in progress keeps its checkpoint
-            extra = f" and {len(deleted) - 1} run checkpoints/archives" if len(deleted) > 1 else ""
+            internals = len(deleted) - (session_id in deleted)
+            what = f"{internals} run checkpoints/controls/archives"
+            if session_id not in deleted:
+                text = f"deleted what was left of it: {what}"
+            else:
+                text = f"deleted and {what}" if internals else "deleted"
             listing.add(
                 {"session": session_id, "deleted": list(deleted), "error": None},
-                [printable(session_id), f"deleted{extra}"],
+                [printable(session_id), text],
             )
     listing.finish()
     return EXIT_FOUND if failed else 0

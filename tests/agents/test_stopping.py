@@ -170,6 +170,38 @@ async def test_a_stop_of_a_run_that_is_not_running_is_answered_plainly(rt: Runti
     assert not [i for i in ids if i.startswith("tidelog/ctl/")]
 
 
+async def test_a_host_misses_no_stop_when_a_prune_deletes_its_control_session_meanwhile() -> None:
+    """A host reads the control session's head, then waits for the run's claim while a
+    prune holding it deletes that (left over) session: a stop written once the host
+    runs lands in a session made anew, and still stops the run. (A MemoryStore runtime:
+    no threads, so "every task is blocked" means the host is waiting for the claim.)"""
+    async with open_runtime(MemoryStore()) as rt:
+        await checkpoints(rt).append("r", [UserMessage("go")], RunHead("a"))
+        async with checkpoints(rt).claim("r"):
+            for reason in ("old", "older"):  # requests for an earlier host
+                assert (await request_stop(rt, "r", by="ops", reason=reason)).requested
+        await rt.delete("tidelog/run/r")  # its control session is left over
+        model = Slow()
+        options = CheckpointOptions(checkpoints(rt), "r", wait_for_owner=True)
+        result: list[RunResult] = []
+
+        async def host() -> None:
+            result.append(await Runner.run(_agent(model), "go", runtime=rt, checkpoint=options))
+
+        async with trio.open_nursery() as nursery:
+            async with checkpoints(rt).claim("r"):  # as RuntimeCheckpointer.delete_control
+                nursery.start_soon(host)
+                await trio.testing.wait_all_tasks_blocked()  # it read head 2, it waits
+                assert await rt.delete("tidelog/ctl/r")
+            await model.asked.wait()
+            assert (await request_stop(rt, "r", by="ops", reason="new")).requested
+            await trio.testing.wait_all_tasks_blocked()  # the tail delivered it
+            model.release.set()  # were the stop missed, the run would finish instead
+        assert result[0].status == "interrupted"
+        assert result[0].stop_reason is not None
+        assert "new" in result[0].stop_reason
+
+
 def test_a_run_in_a_child_process_is_stopped_from_the_parent(tmp_path: pathlib.Path) -> None:
     """A host process runs until its model hangs; the parent asks it to stop: the child
     ends the run interrupted within the bound, its finished turn kept."""

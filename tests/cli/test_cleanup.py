@@ -11,7 +11,7 @@ import trio
 from cli_support import db_state, files, tidelog
 
 from runtime import SqliteStore, open_runtime
-from runtime.agents import RunHead, RunStatus, UserMessage, checkpoints, history
+from runtime.agents import RunHead, RunStatus, UserMessage, checkpoints, history, request_stop
 from stores._leases import local_holder
 
 
@@ -142,3 +142,34 @@ def test_delete_takes_checkpoints_along_and_refuses_live_writers(tmp_path: Path)
     assert "kept: a live writer holds it" in proc.stdout
     assert "no such session" in proc.stdout
     assert _ids(db) == ["b", "tidelog/run/b1"]
+
+
+def test_delete_takes_control_sessions_along_and_finishes_a_stopped_delete(
+    tmp_path: Path,
+) -> None:
+    """`delete` removes a conversation's runs with their control sessions (stop
+    requests); run again for a conversation already gone, it deletes what a delete that
+    stopped midway left of it (here: a control session naming it)."""
+    db = tmp_path / "d.db"
+    _seed(db, {"a": [("a1", "running", 1.0)], "b": [("b1", "running", 1.0)]})
+
+    async def stop_both() -> None:
+        async with open_runtime(db) as rt:
+            for run_id in ("a1", "b1"):
+                async with checkpoints(rt).claim(run_id):
+                    assert (await request_stop(rt, run_id, by="ops", reason="r")).requested
+            await rt.delete("b")  # as a delete that stopped midway
+            await rt.delete("tidelog/run/b1")
+
+    trio.run(stop_both)
+    proc = tidelog("delete", str(db), "a", "b", "--json", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    results = json.loads(proc.stdout)["sessions"]
+    assert results == [
+        {"session": "a", "deleted": ["a", "tidelog/run/a1", "tidelog/ctl/a1"], "error": None},
+        {"session": "b", "deleted": ["tidelog/ctl/b1"], "error": None},
+    ]
+    assert _ids(db) == []
+    proc = tidelog("delete", str(db), "b", cwd=tmp_path)
+    assert proc.returncode == 1
+    assert "no such session" in proc.stdout

@@ -576,6 +576,24 @@ async def test_delete_refused_while_writer_open(rt: Runtime) -> None:
             await rt.delete("s")
 
 
+async def test_a_session_deleted_on_a_retry_opens_again_at_once() -> None:
+    """A delete whose first commit failed lands on its retry; opening the session again
+    then starts a new actor at once, not after the old one's idle timeout."""
+    store = FlakyMemoryStore()
+    async with open_runtime(store, idle_timeout=3600.0) as rt:
+        async with rt.open_session("s") as w:
+            await w.append([ev(1)])
+        store.fail_next = 1
+        with pytest.raises(CommitPendingError):
+            await rt.delete("s")
+        await rt.flush()
+        assert await rt.stat("s") is None
+        with trio.fail_after(60):  # (it waited the whole idle timeout)
+            async with rt.open_session("s") as w:
+                assert await w.append([ev(2)]) == 1
+        assert [num(e, "i") for e in store.read("s")] == [2]
+
+
 async def test_snapshot_does_not_pin_the_wal(tmp_path: pathlib.Path) -> None:
     """While a snapshot is held, the runtime's background checkpoints still copy the WAL
     back and it restarts: it stays bounded, and the snapshot reads the same."""
