@@ -51,6 +51,7 @@ from .._batching import StoredTail, check_replace, resent_tail, session_ids_of
 from .._contract import (
     AppendOp,
     BatchResult,
+    DeleteOp,
     GroupOp,
     ReplaceOp,
     RestoreOp,
@@ -79,6 +80,7 @@ __all__ = [
     "check_ops_only",
     "create_session",
     "delete_session",
+    "deleted_ids",
     "distinct_sessions",
     "notify",
     "one_each",
@@ -285,6 +287,12 @@ def prelock(conn: Conn, session_ids: Sequence[str]) -> float:
         {"ids": sorted(set(session_ids))},
     )
     return float(now)
+
+
+def deleted_ids(ops: Sequence[WriteOp]) -> list[str]:
+    """The sessions a batch's delete ops name (groups' members included)."""
+    members = (m for op in ops for m in (op.ops if isinstance(op, GroupOp) else (op,)))
+    return [member.session_id for member in members if isinstance(member, DeleteOp)]
 
 
 def batch_ids(ops: Sequence[WriteOp]) -> list[str]:

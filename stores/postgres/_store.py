@@ -306,7 +306,7 @@ class PostgresStore(BatchingStore):
             else:
                 results = None
             if results is None:
-                self._forget_sids(pgops.batch_ids(ops))
+                self._forget_sids(pgops.deleted_ids(ops))
                 results = run_batch(
                     ops,
                     self._batch(conn, ops, barrier),
@@ -328,10 +328,16 @@ class PostgresStore(BatchingStore):
         if known is None:
             sql = known_path.APPEND_KNOWN
             known = known_path.known_args(ops, self._sids, self.channel, sync=sync)
+        distinct = pgops.distinct_sessions(ops)
+        if known is None and not distinct and self._learn_sids(conn, ops):
+            known = known_path.known_args(ops, self._sids, self.channel, sync=sync)
         if known is not None:  # every session met before: one row operation per session
             args, results = known
-            return results if self._run_append(conn, sql, args) is not None else None
-        if not pgops.distinct_sessions(ops):
+            if self._run_append(conn, sql, args) is not None:
+                return results
+            self._forget_sids([op.session_id for op in ops])  # a sid may be gone
+            return None
+        if not distinct:
             return None
         if pgops.one_each(ops):  # the usual batch: a leaner statement (see there)
             sql, id_args = (
@@ -366,9 +372,23 @@ class PostgresStore(BatchingStore):
         assert row is not None
         return row
 
+    def _learn_sids(self, conn: Conn, ops: Sequence[AppendOp]) -> bool:
+        """Look up the sids of the batch's sessions this handle does not know (a batch
+        naming a session several times, which the id-keyed statements cannot take, so
+        cannot teach either); True if that found any."""
+        missing = sorted({op.session_id for op in ops} - self._sids.keys())
+        if not missing:
+            return False
+        rows = conn.execute(
+            "SELECT id, sid FROM sessions WHERE id = ANY(%b::text[])", (missing,)
+        ).fetchall()
+        self._sids.update((row[0], int(row[1])) for row in rows)
+        return bool(rows)
+
     def _forget_sids(self, session_ids: Sequence[str]) -> None:
-        """Drop what this handle knows of these sessions' rows (before the general path,
-        which may delete or create them; the one-statement path learns them again)."""
+        """Drop what this handle knows of these sessions' rows (deleted, or named by a
+        sid-keyed statement that undid itself: a sid may be gone); the next append to
+        them learns them again."""
         for session_id in session_ids:
             self._sids.pop(session_id, None)
 

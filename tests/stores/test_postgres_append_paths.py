@@ -25,6 +25,7 @@ from stores import (
     AppendOp,
     BatchResult,
     ConflictError,
+    DeleteOp,
     MemoryStore,
     NewEvent,
     OwnershipLostError,
@@ -235,3 +236,23 @@ def test_batches_give_the_model_stores_results(
         assert [(e.seq, e.data) for e in store.read(session_id)] == [
             (e.seq, e.data) for e in model.read(session_id)
         ]
+
+
+def test_several_ops_of_sessions_a_handle_never_wrote(pg_open: Opener) -> None:
+    """A handle whose first batch names sessions (that another handle made) several times
+    each gets each op's exact head, and a session deleted in a later batch of its own and
+    made again is written at its new head."""
+    other, mine = pg_open(), pg_open()
+    assert other.write_batch([op("s", 2, expected_head=0), op("t", 1, expected_head=0)]) == [2, 1]
+    batch = [
+        op("s", 1, expected_head=2),
+        op("t", 2, expected_head=1),
+        op("s", 1),
+        op("t", 1, expected_head=3),
+    ]
+    assert mine.write_batch(batch) == [3, 3, 4, 4]
+    results = mine.write_batch([DeleteOp("s"), op("t", 1, expected_head=4)])
+    assert results == [1, 5]
+    assert mine.write_batch([op("s", 1, expected_head=0), op("s", 1, expected_head=1)]) == [1, 2]
+    assert [e.seq for e in other.read("s")] == [1, 2]
+    assert [e.seq for e in other.read("t")] == [1, 2, 3, 4, 5]
