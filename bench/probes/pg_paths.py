@@ -16,7 +16,24 @@ one event each to ``n`` distinct existing sessions, heads checked and moved, wit
 * ``transaction + unnest``: the same, the events and heads as arrays in one INSERT and
   one UPDATE each;
 * ``transaction + COPY``: the same, the events through ``COPY FROM STDIN`` (binary);
-* ``pipeline + unnest``: the explicit transaction in psycopg's pipeline mode.
+* ``pipeline + unnest``: the explicit transaction in psycopg's pipeline mode;
+* ``known sids, one each``: :data:`stores.postgres._known.APPEND_KNOWN_ONE_EACH`, what the
+  store runs once it knows the sessions' sids (keyed by sid, seqs and heads worked out by
+  the client, no join between the row update and the insert);
+* ``known sids (grouped)``: :data:`stores.postgres._known.APPEND_KNOWN`, the same for any
+  batch of appends to known sessions (several ops of one session update its row once);
+* ``no fence (floor)``: the events alone, inserted by sid at the client's seqs, no session
+  row touched -- not a correct write (no check, no fence, no head): what the row update
+  of every fenced variant costs;
+* ``raw (its own table)``: the raw reference's statement (``bench.references.raw_pg``)
+  on its own one-index table;
+* ``write_batch, 2 ops/session`` and ``..., no heads``: the store's public call with every
+  session named twice in the batch, its heads given (one statement) or not (the general
+  path: a transaction with a savepoint per op).
+
+With ``--wal`` it also prints the WAL records and bytes one batch writes
+(``EXPLAIN (ANALYZE, WAL)`` of the one-statement variants: that statement's own records,
+whatever else the server runs).
 
 Every parameter is sent in binary format (``%b``): psycopg's text format escapes each
 element of an array of JSON texts with a regular expression, which costs more than the
@@ -36,6 +53,7 @@ from typing import Any
 import psycopg
 
 from stores import AppendOp, PostgresStore, prepare_events
+from stores.postgres import _known as known
 from stores.postgres import _ops as pgops
 
 from ..harness.core import PAYLOAD, encode_payload
@@ -119,15 +137,84 @@ def via_statement(
     return run
 
 
+def via_known(
+    sql: str, make_args: Callable[..., Any], sids: dict[str, int]
+) -> Callable[[psycopg.Connection[Any], list[str]], None]:
+    """One of the store's sid-keyed statements (:mod:`stores.postgres._known`)."""
+
+    def run(conn: psycopg.Connection[Any], ids: list[str]) -> None:
+        heads = dict(conn.execute("SELECT id, head FROM sessions").fetchall())
+        event = tuple(prepare_events([_new_event()]))
+        ops = [AppendOp(i, event, expected_head=heads[i]) for i in ids]
+        args, _results = make_args(ops, sids, None, sync=False)
+        conn.execute(sql, args, prepare=True)
+
+    return run
+
+
+_FLOOR = (
+    "INSERT INTO events(sid, seq, ts, kind, data, run_id) SELECT e.sid, e.seq,"
+    f" {pgops.NOW}, e.kind, e.data, NULL FROM unnest(%b::bigint[], %b::bigint[], %b::text[],"
+    " %b::text[]) AS e(sid, seq, kind, data)"
+)
+
+
+def via_floor(sids: dict[str, int]) -> Callable[[psycopg.Connection[Any], list[str]], None]:
+    """The events alone at fresh seqs of their own (no row update, no check, no fence)."""
+    seq = [10**9]
+
+    def run(conn: psycopg.Connection[Any], ids: list[str]) -> None:
+        seq[0] += 1
+        data = encode_payload(PAYLOAD)
+        n = len(ids)
+        args = ([sids[i] for i in ids], [seq[0]] * n, ["message"] * n, [data] * n)
+        conn.execute(_FLOOR, args, prepare=True)
+
+    return run
+
+
+def via_raw(conn: psycopg.Connection[Any], ids: list[str]) -> None:
+    """The raw reference's insert into its own table (``bench.references.raw_pg``)."""
+    (seq,) = conn.execute("SELECT coalesce(max(seq), 0) + 1 FROM raw_events").fetchone() or (1,)
+    data = encode_payload(PAYLOAD)
+    conn.execute(
+        "INSERT INTO raw_events SELECT * FROM unnest(%b::text[], %b::bigint[], %b::text[])",
+        (ids, [seq] * len(ids), [data] * len(ids)),
+        prepare=True,
+    )
+
+
+def via_store(
+    store: PostgresStore, heads: bool
+) -> Callable[[psycopg.Connection[Any], list[str]], None]:
+    """``store.write_batch`` of two one-event appends per session (heads given or not)."""
+
+    def run(conn: psycopg.Connection[Any], ids: list[str]) -> None:
+        found = dict(conn.execute("SELECT id, head FROM sessions").fetchall())
+        event = tuple(prepare_events([_new_event()]))
+        ops: list[AppendOp] = []
+        for i in ids:
+            head = found[i] if heads else None
+            ops.append(AppendOp(i, event, expected_head=head))
+            ops.append(AppendOp(i, event, expected_head=None if head is None else head + 1))
+        store.write_batch(ops)
+
+    return run
+
+
 def _new_event() -> Any:
     from stores import NewEvent
 
     return NewEvent("message", PAYLOAD)
 
 
-def measure(dsn: str, n: int, batches: int, rounds: int) -> dict[str, float]:
-    """Median microseconds per batch of each variant (the store's two statements count
-    one extra head lookup per batch, outside the statement: subtracted)."""
+def measure(
+    dsn: str, n: int, batches: int, rounds: int, wal: dict[str, tuple[int, int]] | None = None
+) -> dict[str, float]:
+    """Median microseconds per batch of each variant (the store's statements and the
+    ``write_batch`` rows count one extra head lookup per batch: subtracted). ``wal``,
+    if given, gets the WAL records and bytes of one batch of each one-statement
+    variant."""
     schema = f"bench_{uuid.uuid4().hex[:12]}"
     store = PostgresStore(dsn, schema=schema)
     results: dict[str, list[float]] = {}
@@ -138,6 +225,11 @@ def measure(dsn: str, n: int, batches: int, rounds: int) -> dict[str, float]:
             store.create(i, exist_ok=True)
         with psycopg.connect(dsn, autocommit=True) as conn:
             conn.execute(f"SET search_path = {schema}; SET synchronous_commit = off")
+            conn.execute(
+                'CREATE TABLE raw_events(session text COLLATE "C" NOT NULL, seq bigint NOT NULL,'
+                " data text NOT NULL, PRIMARY KEY (session, seq))"
+            )
+            sids: dict[str, int] = dict(conn.execute("SELECT id, sid FROM sessions").fetchall())
             lookup = lambda c, _ids: c.execute("SELECT id, head FROM sessions").fetchall()  # noqa: E731
             variants: dict[str, Callable[[psycopg.Connection[Any], list[str]], object]] = {
                 "one statement, one each": via_statement(
@@ -149,7 +241,17 @@ def measure(dsn: str, n: int, batches: int, rounds: int) -> dict[str, float]:
                 "transaction + unnest": via_unnest,
                 "transaction + COPY": via_copy,
                 "pipeline + unnest": via_pipeline,
+                "known sids, one each": via_known(
+                    known.APPEND_KNOWN_ONE_EACH, known.known_one_each_args, sids
+                ),
+                "known sids (grouped)": via_known(known.APPEND_KNOWN, known.known_args, sids),
+                "no fence (floor)": via_floor(sids),
+                "raw (its own table)": via_raw,
+                "write_batch, 2 ops/session": via_store(store, heads=True),
+                "..., no heads": via_store(store, heads=False),
             }
+            if wal is not None:
+                _count_wal(conn, variants, ids, wal)
             for _ in range(rounds):
                 for name, run in variants.items():
                     for _ in range(5):
@@ -165,9 +267,61 @@ def measure(dsn: str, n: int, batches: int, rounds: int) -> dict[str, float]:
             conn.execute(f"DROP SCHEMA {schema} CASCADE")
     medians = {name: statistics.median(values) for name, values in results.items()}
     lookup_us = medians.pop("(its head lookup)")
-    medians["one statement, one each"] -= lookup_us
-    medians["one statement (general)"] -= lookup_us
+    for name in (
+        "one statement, one each",
+        "one statement (general)",
+        "known sids, one each",
+        "known sids (grouped)",
+        "write_batch, 2 ops/session",
+        "..., no heads",
+    ):
+        medians[name] -= lookup_us
     return medians
+
+
+#: The variants that are one statement, whose WAL ``--wal`` counts.
+_ONE_STATEMENT = (
+    "one statement, one each",
+    "one statement (general)",
+    "known sids, one each",
+    "known sids (grouped)",
+    "no fence (floor)",
+    "raw (its own table)",
+)
+
+
+def _count_wal(
+    conn: psycopg.Connection[Any],
+    variants: dict[str, Callable[[psycopg.Connection[Any], list[str]], object]],
+    ids: list[str],
+    out: dict[str, tuple[int, int]],
+) -> None:
+    """Run each one-statement variant once under ``EXPLAIN (ANALYZE, WAL)``: the WAL
+    records and bytes of its statement (summed over the plan's top nodes: a CTE's
+    writes are an init plan of their own)."""
+
+    class Explaining:
+        def __init__(self) -> None:
+            self.plan: dict[str, Any] = {}
+
+        def execute(self, sql: str, args: Any = None, **_options: Any) -> Any:
+            if sql.lstrip().upper().startswith("SELECT ID, HEAD") or "coalesce(max" in sql:
+                return conn.execute(sql, args)
+            row = conn.execute("EXPLAIN (ANALYZE, WAL, FORMAT JSON) " + sql, args).fetchone()
+            assert row is not None
+            self.plan = row[0][0]["Plan"]
+            return conn.execute("SELECT 1")
+
+    for name in _ONE_STATEMENT:
+        spy = Explaining()
+        variants[name](spy, ids)  # type: ignore[arg-type]
+        nodes = [spy.plan, *(p for p in spy.plan.get("Plans", ()) if "InitPlan" in str(p))]
+        top = [p for p in nodes if p.get("Parent Relationship") in (None, "InitPlan")]
+        writes = [p for p in top if p.get("Node Type") == "ModifyTable"] or [spy.plan]
+        out[name] = (
+            sum(int(p.get("WAL Records", 0)) for p in writes),
+            sum(int(p.get("WAL Bytes", 0)) for p in writes),
+        )
 
 
 def main() -> None:
@@ -175,12 +329,22 @@ def main() -> None:
     parser.add_argument("dsn", nargs="?", default="dbname=test")
     parser.add_argument("--batches", type=int, default=200)
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--wal", action="store_true", help="also count WAL records per batch")
     args = parser.parse_args()
     sizes = (1, 10, 100)
-    table = {n: measure(args.dsn, n, args.batches, args.rounds) for n in sizes}
+    wal: dict[int, dict[str, tuple[int, int]]] = {n: {} for n in sizes}
+    table = {
+        n: measure(args.dsn, n, args.batches, args.rounds, wal[n] if args.wal else None)
+        for n in sizes
+    }
     print(f"{'us per batch':28s}" + "".join(f"{f'n={n}':>10s}" for n in sizes))
     for name in table[1]:
         print(f"{name:28s}" + "".join(f"{table[n][name]:10.0f}" for n in sizes))
+    if args.wal:
+        print(f"\n{'WAL records (bytes) / batch':28s}" + "".join(f"{f'n={n}':>16s}" for n in sizes))
+        for name in _ONE_STATEMENT:
+            cells = "".join(f"{f'{wal[n][name][0]} ({wal[n][name][1]})':>16s}" for n in sizes)
+            print(f"{name:28s}{cells}")
 
 
 if __name__ == "__main__":

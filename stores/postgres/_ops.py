@@ -23,6 +23,9 @@ steady state -- one event per op, every session already there, one owner -- has 
 statement of the same shape and rule, :data:`APPEND_ONE_EACH` (five arrays instead of
 nine, no running sum, no creation branch).
 
+**Sessions the store has met** take the sid-keyed statements of
+:mod:`stores.postgres._known`: one row operation per session per batch.
+
 One statement wins at every batch size (one round trip instead of four; ``python -m
 bench.probes.pg_paths``, figures in bench/HISTORY.md). Every array goes in binary format
 (``%b``): psycopg's text format escapes each JSON text with a regular expression, which
@@ -48,6 +51,7 @@ from .._batching import StoredTail, check_replace, resent_tail, session_ids_of
 from .._contract import (
     AppendOp,
     BatchResult,
+    DeleteOp,
     GroupOp,
     ReplaceOp,
     RestoreOp,
@@ -71,10 +75,13 @@ __all__ = [
     "Tx",
     "append_many_args",
     "append_one_each_args",
+    "appends_only",
     "apply_op",
     "check_ops_only",
     "create_session",
     "delete_session",
+    "deleted_ids",
+    "distinct_sessions",
     "notify",
     "one_each",
     "permanent_error",
@@ -127,9 +134,10 @@ SELECT CASE WHEN r.k < %(k)s THEN retry_batch() END, r.heads,
     CASE WHEN r.k = %(k)s AND %(channel)s::text IS NOT NULL
         THEN pg_notify(%(channel)s,
             CASE WHEN octet_length(r.p) <= {MAX_PAYLOAD_BYTES} THEN r.p ELSE '*' END) END,
-    CASE WHEN %(sync)s THEN set_config('synchronous_commit', 'on', true) END
+    CASE WHEN %(sync)s THEN set_config('synchronous_commit', 'on', true) END, r.sids
 FROM (SELECT count(*) AS k, array_agg(done.head + ops.c ORDER BY ops.n) AS heads,
-        string_agg((done.head + ops.c)::text || ' ' || ops.id, E'\\n' ORDER BY ops.n) AS p
+        string_agg((done.head + ops.c)::text || ' ' || ops.id, E'\\n' ORDER BY ops.n) AS p,
+        array_agg(done.sid ORDER BY ops.n) AS sids
     FROM done JOIN ops ON ops.n = done.n) AS r
 """
 
@@ -158,9 +166,10 @@ SELECT CASE WHEN r.k < %(k)s THEN retry_batch() END, r.heads,
     CASE WHEN r.k = %(k)s AND %(channel)s::text IS NOT NULL
         THEN pg_notify(%(channel)s,
             CASE WHEN octet_length(r.p) <= {MAX_PAYLOAD_BYTES} THEN r.p ELSE '*' END) END,
-    CASE WHEN %(sync)s THEN set_config('synchronous_commit', 'on', true) END
+    CASE WHEN %(sync)s THEN set_config('synchronous_commit', 'on', true) END, r.sids
 FROM (SELECT count(*) AS k, array_agg(upd.head ORDER BY upd.n) AS heads,
-        string_agg(upd.head::text || ' ' || ops.id, E'\\n' ORDER BY upd.n) AS p
+        string_agg(upd.head::text || ' ' || ops.id, E'\\n' ORDER BY upd.n) AS p,
+        array_agg(upd.sid ORDER BY upd.n) AS sids
     FROM upd JOIN ops ON ops.n = upd.n) AS r
 """
 
@@ -190,12 +199,23 @@ def append_one_each_args(
     }
 
 
-def plain_appends(ops: Sequence[WriteOp]) -> TypeGuard[Sequence[AppendOp]]:
-    """True for a batch of appends of events to distinct sessions (the one-statement
-    path; an append of no events, a check only, takes the general path)."""
-    if not all(type(op) is AppendOp and op.events for op in ops):
-        return False
+def appends_only(ops: Sequence[WriteOp]) -> TypeGuard[Sequence[AppendOp]]:
+    """True for a batch of appends of events (the one-statement paths; an append of no
+    events, a check only, takes the general path)."""
+    return all(type(op) is AppendOp and op.events for op in ops)
+
+
+def distinct_sessions(ops: Sequence[AppendOp]) -> bool:
+    """True if no two ops name the same session (:data:`APPEND_MANY` and
+    :data:`APPEND_ONE_EACH` need that; :data:`~stores.postgres._known.APPEND_KNOWN` does
+    not)."""
     return len({op.session_id for op in ops}) == len(ops)
+
+
+def plain_appends(ops: Sequence[WriteOp]) -> TypeGuard[Sequence[AppendOp]]:
+    """True for a batch of appends of events to distinct sessions (the id-keyed
+    one-statement paths)."""
+    return appends_only(ops) and distinct_sessions(ops)
 
 
 def append_many_args(
@@ -267,6 +287,12 @@ def prelock(conn: Conn, session_ids: Sequence[str]) -> float:
         {"ids": sorted(set(session_ids))},
     )
     return float(now)
+
+
+def deleted_ids(ops: Sequence[WriteOp]) -> list[str]:
+    """The sessions a batch's delete ops name (groups' members included)."""
+    members = (m for op in ops for m in (op.ops if isinstance(op, GroupOp) else (op,)))
+    return [member.session_id for member in members if isinstance(member, DeleteOp)]
 
 
 def batch_ids(ops: Sequence[WriteOp]) -> list[str]:

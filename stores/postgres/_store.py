@@ -72,6 +72,7 @@ from .._records import (
     validate_session_id,
 )
 from . import _auxiliary as aux
+from . import _known as known_path
 from . import _ops as pgops
 from ._connection import (
     Link,
@@ -100,6 +101,9 @@ T = TypeVar("T")
 #: PostgreSQL flushes the WAL at commit only for a transaction that wrote some: one with
 #: only a transaction id would not wait.
 _BARRIER = "pg_logical_emit_message(true, 'tidelog', 'flush')"
+
+#: At most this many sessions' sids are remembered (then forgotten all at once).
+_MAX_SIDS = 100_000
 
 
 class PostgresStore(BatchingStore):
@@ -179,6 +183,10 @@ class PostgresStore(BatchingStore):
         #: each stands for (see :mod:`stores.postgres._auxiliary`).
         self._advisory: dict[int, str] = {}
         self._connection_number = 0
+        #: The ``sid`` of sessions this handle appended to (a session's incarnation,
+        #: never reused): what :data:`~stores.postgres._known.APPEND_KNOWN` needs. A stale
+        #: entry (the session was deleted since) only sends a batch to the general path.
+        self._sids: dict[str, int] = {}
         try:
             with map_errors(f"open PostgreSQL store {schema!r} at {describe_dsn(dsn)}"):
                 conn = self._link.connection()
@@ -293,11 +301,12 @@ class PostgresStore(BatchingStore):
             if not ops:  # a flush barrier only
                 one(conn, f"SELECT {_BARRIER}, set_config('synchronous_commit', 'on', true)")
                 results: list[BatchResult] | None = []
-            elif pgops.plain_appends(ops):
+            elif pgops.appends_only(ops):
                 results = self._append_many(conn, ops, barrier)
             else:
                 results = None
             if results is None:
+                self._forget_sids(pgops.deleted_ids(ops))
                 results = run_batch(
                     ops,
                     self._batch(conn, ops, barrier),
@@ -310,31 +319,84 @@ class PostgresStore(BatchingStore):
     def _append_many(
         self, conn: Conn, ops: Sequence[AppendOp], sync: bool
     ) -> list[BatchResult] | None:
-        """The one-statement path; ``None`` if it wrote nothing because an op needs the
-        general path (a check failed, a resend, a session created concurrently, a value
-        PostgreSQL refuses)."""
+        """The one-statement paths; ``None`` if nothing was written because an op needs
+        the general path (a check failed, a resend, a session created concurrently, a
+        value PostgreSQL refuses, or several ops of one session that
+        :data:`~stores.postgres._known.APPEND_KNOWN` cannot take)."""
+        sql = known_path.APPEND_KNOWN_ONE_EACH
+        known = known_path.known_one_each_args(ops, self._sids, self.channel, sync=sync)
+        if known is None:
+            sql = known_path.APPEND_KNOWN
+            known = known_path.known_args(ops, self._sids, self.channel, sync=sync)
+        distinct = pgops.distinct_sessions(ops)
+        if known is None and not distinct and self._learn_sids(conn, ops):
+            known = known_path.known_args(ops, self._sids, self.channel, sync=sync)
+        if known is not None:  # every session met before: one row operation per session
+            args, results = known
+            if self._run_append(conn, sql, args) is not None:
+                return results
+            self._forget_sids([op.session_id for op in ops])  # a sid may be gone
+            return None
+        if not distinct:
+            return None
         if pgops.one_each(ops):  # the usual batch: a leaner statement (see there)
-            sql, args = (
+            sql, id_args = (
                 pgops.APPEND_ONE_EACH,
                 pgops.append_one_each_args(ops, self.channel, sync=sync),
             )
         else:
-            sql, args = pgops.APPEND_MANY, pgops.append_many_args(ops, self.channel, sync=sync)
+            sql, id_args = pgops.APPEND_MANY, pgops.append_many_args(ops, self.channel, sync=sync)
+        row = self._run_append(conn, sql, id_args)
+        if row is None:
+            return None
+        if len(self._sids) > _MAX_SIDS:
+            self._sids.clear()
+        self._sids.update(zip((op.session_id for op in ops), row[4], strict=True))
+        return list(row[1])
+
+    def _run_append(self, conn: Conn, sql: str, args: dict[str, object]) -> Any:
+        """Run one of the one-statement appends (prepared); its row, or ``None`` if it
+        undid itself because an op needs the general path."""
         try:
             row = conn.execute(sql, args, prepare=True).fetchone()
-        except (psycopg.errors.NotNullViolation, psycopg.DataError):
+        except (
+            psycopg.errors.NotNullViolation,
+            psycopg.errors.UniqueViolation,
+            psycopg.DataError,
+        ):
             return None  # rolled back whole (the statement was its own transaction)
         except psycopg.DatabaseError as exc:
             if isinstance(exc, psycopg.errors.DeadlockDetected) or exc.sqlstate == RETRY_SQLSTATE:
                 return None  # likewise: it undid itself
             raise
         assert row is not None
-        return list(row[1])
+        return row
+
+    def _learn_sids(self, conn: Conn, ops: Sequence[AppendOp]) -> bool:
+        """Look up the sids of the batch's sessions this handle does not know (a batch
+        naming a session several times, which the id-keyed statements cannot take, so
+        cannot teach either); True if that found any."""
+        missing = sorted({op.session_id for op in ops} - self._sids.keys())
+        if not missing:
+            return False
+        rows = conn.execute(
+            "SELECT id, sid FROM sessions WHERE id = ANY(%b::text[])", (missing,)
+        ).fetchall()
+        self._sids.update((row[0], int(row[1])) for row in rows)
+        return bool(rows)
+
+    def _forget_sids(self, session_ids: Sequence[str]) -> None:
+        """Drop what this handle knows of these sessions' rows (deleted, or named by a
+        sid-keyed statement that undid itself: a sid may be gone); the next append to
+        them learns them again."""
+        for session_id in session_ids:
+            self._sids.pop(session_id, None)
 
     def delete(self, session_id: str) -> bool:
         """See :meth:`Store.delete`."""
         validate_session_id(session_id)
         with self._write("delete", [session_id]) as tx:
+            self._forget_sids([session_id])
             return pgops.delete_session(tx.conn, session_id, tx.heads)
 
     def fork(
