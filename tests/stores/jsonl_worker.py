@@ -4,8 +4,9 @@ Usage::
 
     python jsonl_worker.py create ROOT ID GO       # wait for file GO, create ID, print result
     python jsonl_worker.py hold ROOT ID            # take ID's lease, print "held", sleep
-    python jsonl_worker.py append ROOT ID N [Z]    # N appends of 1..5 events (batch-tagged),
-                                                   # zstd frames if Z is "zstd"
+    python jsonl_worker.py append ROOT ID N [Z [GO]]  # N appends of 1..5 events (batch-
+                                                   # tagged), zstd frames if Z is "zstd"; with
+                                                   # GO, halfway it waits until GO exists
     python jsonl_worker.py group ROOT STEP         # a group write, SIGKILLed at STEP
     python jsonl_worker.py create-store ROOT STEP  # create the store ROOT, SIGKILLed at STEP
     python jsonl_worker.py migrate ROOT ID STEP Z  # append to format 1 ID, SIGKILLed at STEP
@@ -72,9 +73,13 @@ def main() -> None:
         print("held", flush=True)
         time.sleep(600)
     elif command == "append":
-        store = JsonlStore(root, compress=sys.argv[5:] == ["zstd"])
+        store = JsonlStore(root, compress=sys.argv[5:6] == ["zstd"])
         rng = random.Random(7)
-        for batch in range(int(sys.argv[4])):
+        count = int(sys.argv[4])
+        for batch in range(count):
+            if batch == count // 2 and len(sys.argv) > 6:
+                while not os.path.exists(sys.argv[6]):
+                    time.sleep(0.0005)
             size = rng.choice((1, 2, 3, 5))
             store.append(
                 sys.argv[3],

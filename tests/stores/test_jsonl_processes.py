@@ -116,11 +116,13 @@ def test_lease_is_a_kernel_lock_that_dies_with_its_process(root: Path) -> None:
 def test_reader_process_sees_whole_batches_while_another_writes(root: Path, encoding: str) -> None:
     """Reading a file (plain or zstd frames) while another process appends to it returns
     contiguous seqs made of whole batches, never an error; data_version changes as the
-    writer commits."""
-    child = spawn("append", str(root), "s", "400", encoding)
+    writer commits (the child waits halfway until the reader has seen events, so a loaded
+    machine still shows a version before, during and after)."""
+    go = root.parent / f"go-{encoding}"
     store = JsonlStore(root)
+    versions = {store.data_version()}
+    child = spawn("append", str(root), "s", "400", encoding, str(go))
     try:
-        versions = set()
         last = 0
         while child.poll() is None or last == 0:
             versions.add(store.data_version())
@@ -138,7 +140,10 @@ def test_reader_process_sees_whole_batches_while_another_writes(root: Path, enco
             tail = [e.seq for e in store.read("s", limit=3, from_end=True)]
             assert tail == list(range(tail[0], tail[0] + len(tail))) if tail else last == 0
             assert not tail or tail[-1] >= last
+            if last:
+                go.touch()
         assert child.wait(timeout=60) == 0
+        versions.add(store.data_version())
         assert len(versions) > 2
         first = (root / "sessions" / "s.jsonl").read_bytes()[:4]
         assert first == (b"\x28\xb5\x2f\xfd" if encoding == "zstd" else b'{"ti')
