@@ -6,13 +6,13 @@ any write: ``data`` must be *exactly* JSON, session ids must be sane text.
 
 from __future__ import annotations
 
-import json
 import re
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, NoReturn, TypeAlias
 
 import attrs
 
+from ._codec import MAX_NESTING, decode, encode_plain, json_text
 from ._errors import (
     InvalidArgumentError,
     InvalidEventError,
@@ -63,33 +63,6 @@ MAX_EVENT_BYTES = 16 * 1024 * 1024
 #: :func:`prepare_events` call (one append), in bytes together (64 MiB). A larger batch is
 #: refused whole with ``InvalidEventError`` naming the event that crossed the limit.
 MAX_BATCH_BYTES = 64 * 1024 * 1024
-
-_ENCODER = json.JSONEncoder(ensure_ascii=False, allow_nan=False, separators=(",", ":"))
-_DECODER = json.JSONDecoder()
-_C_MAKE_ENCODER: Callable[..., Callable[[object, int], Iterable[str]]] | None = getattr(
-    json.encoder, "c_make_encoder", None
-)
-#: One C encoder for every thread: built without circular-reference markers, so it keeps
-#: no state between calls. A cycle then recurses until ``RecursionError``, which refuses
-#: the value as "nested too deeply" -- as any value past :data:`MAX_NESTING` is refused.
-_RUN = (
-    None
-    if _C_MAKE_ENCODER is None
-    else _C_MAKE_ENCODER(
-        None, _ENCODER.default, json.encoder.encode_basestring, None, ":", ",",
-        False, False, False,
-    )
-)  # fmt: skip
-
-
-def _encode(value: object) -> str:
-    """``_ENCODER.encode(value)`` without its per-call setup (a new C encoder and markers
-    dict every call) nor the markers' bookkeeping (an insert and a delete per container),
-    which are a large share of a small value's encode (W11)."""
-    if _RUN is None:  # no C accelerator (another Python implementation)
-        return _ENCODER.encode(value)
-    return "".join(_RUN(value, 0))
-
 
 _CONTROL = re.compile("[\x00-\x1f\x7f-\x9f]")
 
@@ -202,125 +175,28 @@ def validate_session_id(session_id: object) -> str:
 _KNOWN_IDS: set[str] = set()
 
 
-_SCALARS = (str, int, float, bool, type(None))
-_SCALAR_TYPES = frozenset(_SCALARS)
-
-
-#: The deepest nesting of arrays and objects accepted in event data. Deeper values are
-#: refused at write time: every accepted value must also read back, in any thread.
-MAX_NESTING = 200
-_SHALLOW_TEXT = 2 * MAX_NESTING
-
-
-def _exactness_problem(value: object) -> str | None:
-    """Find what the C encoder would silently convert -- a tuple (becomes an array) or a
-    dict key that is not a ``str`` (becomes a string) -- or nesting deeper than
-    :data:`MAX_NESTING`. Runs after encoding succeeded, so the value has no cycles and
-    only JSON-encodable types; iterative, so the check itself never recurses."""
-    scalar = _SCALAR_TYPES
-    stack: list[tuple[object, int]] = [(value, 1)]
-    while stack:
-        current, depth = stack.pop()
-        if depth > MAX_NESTING:
-            return f"nested deeper than {MAX_NESTING} levels"
-        if isinstance(current, dict):
-            for key, item in current.items():
-                if type(key) is not str and not isinstance(key, str):
-                    return f"dict key {key!r} is not a str"
-                if type(item) not in scalar:
-                    stack.append((item, depth + 1))
-        elif isinstance(current, list):
-            stack.extend((item, depth + 1) for item in current if type(item) not in scalar)
-        elif isinstance(current, tuple):
-            return "a tuple is not JSON (use a list)"
-    return None
-
-
-def _shallow_problem(value: Any) -> str | None:
-    """:func:`_exactness_problem` for values known to nest at most :data:`MAX_NESTING`
-    levels (recursive, which is faster for the usual small values); anything but exact
-    ``dict``/``list``/``tuple`` containers goes to the general walk."""
-    kind = type(value)
-    if kind is dict:
-        for key in value:
-            if type(key) is not str and not isinstance(key, str):
-                return f"dict key {key!r} is not a str"
-        items = value.values()
-    elif kind is list:
-        items = value
-    elif kind is tuple:
-        return "a tuple is not JSON (use a list)"
-    else:
-        return _exactness_problem(value)
-    for item in items:
-        if type(item) not in _SCALAR_TYPES:
-            problem = _shallow_problem(item)
-            if problem is not None:
-                return problem
-    return None
-
-
-def _exact_json_text(value: object, index: int | None, kind: object) -> str:
-    """Encode ``value`` as canonical JSON (see :func:`_checked_json`), and refuse lone
-    surrogates, which the encoder lets through."""
-    text = _checked_json(value, index, kind)
-    if not text.isascii():
-        try:
-            text.encode("utf-8")
-        except UnicodeEncodeError:
-            raise InvalidEventError(index, kind, "data contains lone surrogates") from None
-    return text
-
-
-def _checked_json(value: object, index: int | None, kind: object) -> str:
-    """Encode ``value`` as canonical JSON, refusing anything that is not exactly JSON
-    (except lone surrogates: the caller checks those).
-
-    The C encoder refuses NaN/inf, cycles and foreign types, but silently turns tuples
-    into arrays and int/None/bool keys into strings; a structural pass catches both. A
-    text with at most :data:`MAX_NESTING` brackets (or at most twice as many characters)
-    cannot nest deeper, so the pass over such a value needs no depth bookkeeping.
-    """
-    try:
-        # _encode(value), without the extra call (this runs for every event).
-        text = _ENCODER.encode(value) if _RUN is None else "".join(_RUN(value, 0))
-    except (TypeError, ValueError) as exc:
-        raise InvalidEventError(index, kind, f"data is not JSON: {exc}") from None
-    except RecursionError:
-        raise InvalidEventError(
-            index, kind, "data is nested too deeply (or contains itself)"
-        ) from None
-    if type(value) not in _SCALAR_TYPES:
-        # Each level of nesting takes two characters, so a short text is shallow too.
-        if len(text) <= _SHALLOW_TEXT or text.count("[") + text.count("{") <= MAX_NESTING:
-            problem = _shallow_problem(value)
-        else:
-            problem = _exactness_problem(value)
-        if problem is not None:
-            raise InvalidEventError(index, kind, f"data is not exactly JSON: {problem}")
-    return text
-
-
 def encode_id_list(session_ids: list[str]) -> str:
     """JSON text of a list of *validated* session ids (see :func:`validate_session_id`):
     plain text, so no exactness walk is needed."""
-    return _encode(session_ids)
+    return encode_plain(session_ids)
 
 
 def encode_json(value: object) -> str:
-    """Encode one JSON value canonically; raise :class:`InvalidEventError` (index None)."""
-    return _exact_json_text(value, None, None)
+    """Encode one JSON value canonically (:mod:`stores._codec`); raise
+    :class:`InvalidEventError` (index None) for a value that is not exactly JSON."""
+    return json_text(value, None, None)[0]
 
 
 def decode_json(text: str) -> JSON:
-    """Decode text written by :func:`encode_json`."""
-    result: JSON = _DECODER.decode(text)
+    """Decode JSON text (as :func:`encode_json` writes it; any other text as
+    :func:`json.loads` reads it)."""
+    result: JSON = decode(text)
     return result
 
 
 def decode_json_object(text: str) -> dict[str, JSON]:
     """Decode JSON text that holds an object (a session header)."""
-    value = _DECODER.decode(text)
+    value = decode(text)
     if not isinstance(value, dict):
         raise InvalidArgumentError(f"expected a JSON object, got {type(value).__name__}")
     return value
@@ -355,14 +231,7 @@ def prepare_events(events: Iterable[NewEvent]) -> list[PreparedEvent]:
         run_id = event.run_id
         if run_id is not None and (type(run_id) is not str or run_id not in known):
             _check_text(run_id, "run_id", index, kind)
-        text = _checked_json(event.data, index, kind)
-        if text.isascii():  # O(1) in CPython: a flag of the str object
-            size = len(text)
-        else:
-            try:
-                size = len(text.encode("utf-8"))
-            except UnicodeEncodeError:
-                raise InvalidEventError(index, kind, "data contains lone surrogates") from None
+        text, size = json_text(event.data, index, kind)
         total += size
         if size > most or total > batch_most:
             _refuse_size(index, kind, size, total)
@@ -401,7 +270,7 @@ def validate_header(header: object) -> str:
         return "{}"
     if not isinstance(header, dict):
         raise InvalidArgumentError(f"header must be a dict or None, not {type(header).__name__}")
-    return _exact_json_text(header, None, "header")
+    return json_text(header, None, "header")[0]
 
 
 def check_seq(value: object, name: str, *, allow_none: bool = False) -> int | None:
@@ -452,7 +321,6 @@ def session_info(row: Sequence[Any]) -> SessionInfo:
 
 def events_from_rows(session_id: str, rows: Sequence[Sequence[Any]]) -> list[StoredEvent]:
     """Build :class:`StoredEvent` values from ``(seq, ts, kind, data_json, run_id)`` rows."""
-    decode = _DECODER.decode
     try:
         return [
             StoredEvent(session_id, seq, ts, kind, decode(data), run_id)

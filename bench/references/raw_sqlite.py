@@ -15,8 +15,9 @@ from pathlib import Path
 from typing import Literal, cast
 
 import apsw
+import msgspec
 
-__all__ = ["RawLayout", "RawSync", "insert_rows", "open_raw", "read_last"]
+__all__ = ["RawLayout", "RawSync", "encode_compiled", "insert_rows", "open_raw", "read_last"]
 
 RawSync = Literal["NORMAL", "FULL"]
 RawLayout = Literal["clustered", "commit-order"]
@@ -36,6 +37,13 @@ CREATE UNIQUE INDEX IF NOT EXISTS events_by_seq ON events(session, seq)
 """
 
 _DECODER = json.JSONDecoder()
+_COMPILED = msgspec.json.Encoder().encode
+
+
+def encode_compiled(payload: object) -> str:
+    """The payload's compact JSON by the compiled codec tidelog uses (msgspec), no checks:
+    the tightest loop a user could write (the raw rows ``...-compiled``)."""
+    return _COMPILED(payload).decode()
 
 
 def open_raw(path: Path, synchronous: RawSync, layout: RawLayout = "clustered") -> apsw.Connection:

@@ -46,7 +46,7 @@ from ..harness.core import (
 )
 from ..references.alternatives import ALL as ALTERNATIVES
 from ..references.alternatives import Alternative
-from ..references.raw_sqlite import RawLayout, RawSync, insert_rows, open_raw
+from ..references.raw_sqlite import RawLayout, RawSync, encode_compiled, insert_rows, open_raw
 
 __all__ = [
     "REPEATS",
@@ -160,9 +160,15 @@ def pooled(runs: Sequence[Run]) -> Metrics:
 class RawGroupCommit:
     """One writer task commits everything queued, one transaction per thread hop."""
 
-    def __init__(self, conn: Any, insert: Callable[[Any, Any], None] = insert_rows) -> None:
+    def __init__(
+        self,
+        conn: Any,
+        insert: Callable[[Any, Any], None] = insert_rows,
+        encode: Callable[[object], str] = encode_payload,
+    ) -> None:
         self._conn = conn
         self._insert = insert
+        self._encode = encode
         self._limiter = trio.CapacityLimiter(1)
         self._queue: list[tuple[str, int, str]] = []
         self._waiters: list[trio.Event] = []
@@ -183,7 +189,7 @@ class RawGroupCommit:
                 waiter.set()
 
     async def append(self, session: str, seq: int, payload: object) -> None:
-        data = encode_payload(payload)
+        data = self._encode(payload)
         committed = trio.Event()
         self._queue.append((session, seq, data))
         self._waiters.append(committed)
@@ -211,11 +217,17 @@ async def tidelog_client(rt: Runtime, gate: Gate, session: str, appends: int) ->
 
 
 async def _raw_main(
-    path: Path, synchronous: RawSync, sessions: int, appends: int, layout: RawLayout
+    path: Path,
+    synchronous: RawSync,
+    sessions: int,
+    appends: int,
+    layout: RawLayout,
+    compiled: bool = False,
 ) -> Run:
     conn = open_raw(path, synchronous, layout)
     try:
-        return await raw_run(RawGroupCommit(conn), sessions, appends)
+        encode = encode_compiled if compiled else encode_payload
+        return await raw_run(RawGroupCommit(conn, encode=encode), sessions, appends)
     finally:
         conn.close()
 
@@ -236,13 +248,15 @@ async def raw_run(loop: RawGroupCommit, sessions: int, appends: int) -> Run:
 
 
 def _raw_case(
-    synchronous: RawSync, layout: RawLayout = "clustered"
+    synchronous: RawSync, layout: RawLayout = "clustered", compiled: bool = False
 ) -> Callable[[CaseContext], Metrics]:
     def run(ctx: CaseContext) -> Metrics:
         sessions, appends = shape(ctx)
         return repeat(
             ctx,
-            lambda d: trio.run(_raw_main, d / "raw.db", synchronous, sessions, appends, layout),
+            lambda d: trio.run(
+                _raw_main, d / "raw.db", synchronous, sessions, appends, layout, compiled
+            ),
         )
 
     return run
@@ -311,6 +325,10 @@ for _level, _raw_level in _LEVELS:
         f"W2/raw-{_level}-v4",
         system=f"raw apsw group-commit ({_raw_level}), format 4 layout (rowid + index)",
     )(_raw_case(_raw_level, "commit-order"))
+    case(
+        f"W2/raw-{_level}-v4-compiled",
+        system=f"raw apsw group-commit ({_raw_level}), format 4 layout, msgspec encoder",
+    )(_raw_case(_raw_level, "commit-order", compiled=True))
     case(f"W2/tidelog-{_level}", system=f"tidelog (synchronous={_level})")(_tidelog_case(_level))
 for _alt in ALTERNATIVES:
     case(f"W2/{_alt.key}", system=f"{_alt.system} ({_alt.many_note})", requires=_alt.requires)(
@@ -345,6 +363,23 @@ for _level, _raw_level in _LEVELS:
             "events/s",
             reference=(_raw4, _RATE),
             target=Target("ratio", ">=", 0.9 if _level == "full" else 0.8),
+        ),
+        Row(
+            "W2",
+            f"{_W2}, {_raw_level}: same layout, compiled codec",
+            _raw4 + "-compiled",
+            _RATE,
+            "events/s",
+            note="reference",
+        ),
+        Row(
+            "W2",
+            f"{_W2}, {_raw_level}: same layout, compiled codec",
+            _tl,
+            _RATE,
+            "events/s",
+            reference=(_raw4 + "-compiled", _RATE),
+            target=Target("ratio", ">=", 0.85),
         ),
     )
     if _level == "full":

@@ -60,6 +60,7 @@ from typing import Any
 
 import attrs
 
+from .._codec import decode_bytes
 from .._errors import StoreCorruptError, UnsupportedFormatError
 from .._records import JSON, PreparedEvent, decode_json_object
 
@@ -185,7 +186,7 @@ def decode_header(line: bytes, path: str) -> Header:
     tidelog session header (a foreign file) or a newer format, and
     :class:`StoreCorruptError` for a tidelog header that does not hold together."""
     try:
-        value = json.loads(line)
+        value = decode_bytes(line)
     except (ValueError, RecursionError):
         value = None
     if not isinstance(value, dict) or value.get("tidelog") != MAGIC:
@@ -362,7 +363,7 @@ def decode_lines(
     Raises :class:`~stores._errors.StoreCorruptError` naming the file and the byte offset
     of the first damaged line."""
     rows = []
-    loads = json.loads
+    loads = decode_bytes
     seq = first_seq
     pos = 0
     for line in data.split(b"\n")[:-1]:

@@ -40,6 +40,7 @@ from typing import TYPE_CHECKING
 
 import attrs
 
+from .._codec import decode_bytes
 from .._errors import StoreCorruptError, StoreIOError
 from .._records import PreparedEvent
 from ._files import IO, fsync_dir, publish
@@ -134,7 +135,7 @@ class V1(Codec):
             pending.append(base + pos)
             run = match.group(2)
             if run is not None:
-                pending_runs.append((json.loads(run), expected))
+                pending_runs.append((decode_bytes(run), expected))
             end = _END.search(line) if line.endswith(b"]}") else None
             if end is not None:
                 count, crc = int(end.group(1)), int(end.group(2))

@@ -44,6 +44,7 @@ import re
 import zlib
 from collections.abc import Sequence
 
+from .._codec import decode_bytes
 from .._errors import StoreCorruptError
 from .._records import PreparedEvent
 from ._format import (
@@ -256,7 +257,7 @@ class Plain(Codec):
             pending.append(base + pos)
             run = match.group(4)
             if run is not None:
-                pending_runs.append((json.loads(run), expected))
+                pending_runs.append((decode_bytes(run), expected))
             count, lag, _ = self.mark(line[:cut])
             if count:
                 if count != len(pending):
