@@ -397,7 +397,7 @@ class Codec:
     framed = False
 
     def bind(self, h: Header) -> Codec:  # noqa: ARG002
-        """The codec for the file whose header is ``h`` (format 3 lines name their file)."""
+        """The codec for the file whose header is ``h`` (format 3 and 4 lines name their file)."""
         return self
 
     def is_commit(self, line: bytes) -> bool:

@@ -1,4 +1,4 @@
-"""Format 1 session files: reading them, and migrating them (and format 2 files) to format 3.
+"""Format 1 session files: reading them, and migrating them (and format 2, 3 files) to format 4.
 
 Format 1 (tidelog's first JSONL generation) writes event lines without a checksum of
 their own; the last line of a batch carries ``"end":[n,crc]``: ``n`` events, ``crc`` the
@@ -7,13 +7,13 @@ CRC-32 of the batch's bytes from the start of its first line up to (not includin
 indexed); any reader, a read-only one included, can serve it.
 
 **Migration.** The first writer that takes a session's lock and finds a format 1 file
-(or format 2 file) publishes a format 3 successor (:func:`migrate`) before it writes
+(or format 2 or 3 file) publishes a format 4 successor (:func:`migrate`) before it writes
 anything:
 
 1. The source file is hard-linked to ``migrated/<stem>.<inode>.v<format>.jsonl``, and that
    directory fsynced: the source stays reachable, byte for byte as it was (it is never
    written again: every later change goes to the successor).
-2. The successor -- the same header (format 3), the same batches with the same seqs,
+2. The successor -- the same header (format 4), the same batches with the same seqs,
    times, kinds, run ids and data text, each line with its own checksum, in the store's
    encoding (plain, or zstd frames with ``compress=True``) -- is written to ``tmp/``,
    fsynced, and renamed over the session's name; the sessions directory is fsynced.
@@ -193,7 +193,7 @@ def _commit_line_v1(line: bytes) -> bool:
 
 
 def successor(header: Header, batches: list[list[Row]], raw: list[str], codec: Codec) -> bytes:
-    """The format 3 file holding ``batches`` (decoded rows, each batch as committed) with
+    """The format 4 file holding ``batches`` (decoded rows, each batch as committed) with
     the data text ``raw`` (one per event, as stored)."""
     header = attrs.evolve(header, format=codec.format)
     codec = codec.bind(header)
@@ -212,7 +212,7 @@ def successor(header: Header, batches: list[list[Row]], raw: list[str], codec: C
 def migrate(
     index: FileIndex, session_dir: str, tmp_dir: str, migrated_dir: str, stem: str, codec: Codec
 ) -> None:
-    """Publish a format 3 successor of the format 1 or 2 file ``index`` indexes (the caller
+    """Publish a format 4 successor of the format 1, 2 or 3 file ``index`` indexes (the caller
     holds the session's lock); see the module doc. The source is left byte-identical."""
     index.check()
     path = os.path.join(session_dir, f"{stem}.jsonl")

@@ -78,7 +78,7 @@ FOREIGN = -2
 
 
 def file_key(h: Header) -> bytes:
-    """The tag a format 3 file's lines carry: ``,"f":"K"`` (see the module doc)."""
+    """The tag a format 3 or 4 file's lines carry: ``,"f":"K"`` (see the module doc)."""
     key = zlib.crc32(json_str(h.id).encode() + b"\x00%d" % h.incarnation)
     return b',"f":"%08x"' % key
 
