@@ -101,6 +101,9 @@ class ActorState(enum.Enum):
     STOPPED = "stopped"
 
 
+_RUNNING = ActorState.RUNNING  # (a module global: read for every awaited append)
+
+
 class SessionActor:
     """Write-side state of one session. Created and run by the supervisor."""
 
@@ -254,22 +257,54 @@ class SessionActor:
         until its commit attempt ended, then ``Cancelled`` propagates -- committed, or
         (attempt failed) still accepted and queued: :attr:`accepted_head` says which.
 
+        On a non-blocking store with an idle writer the calling task makes the batch
+        (:meth:`~actors.GroupCommitWriter.lead`): it yields first, so that
+        the writes of the other tasks of this scheduler round join the batch, and only
+        then accepts its write, so a cancel pending at the call or arriving at the
+        yield accepts nothing; the write is taken right after it is accepted.
+
         Raises: the refusals of :meth:`append_nowait`; then as :meth:`wait_write`.
         """
-        self.check_writable()
+        if self._fatal is not None or self.state.value is not _RUNNING:
+            self.check_writable()
         if expected_head is not None and expected_head != self.accepted_head:
             raise ConflictError(self.session_id, expected_head, self.accepted_head)
         if not events:
             await trio.lowlevel.checkpoint()
             return self.accepted_head
+        writer = self.writer
+        if writer.lead(self) and await writer.lead_yield():
+            # This task makes the batch: accept after the yield (checked again, things
+            # may have changed meanwhile), then commit it at once.
+            try:
+                if self._fatal is not None or self.state.value is not _RUNNING:
+                    self.check_writable()
+                if expected_head is not None and expected_head != self.accepted_head:
+                    raise ConflictError(self.session_id, expected_head, self.accepted_head)
+            except BaseException:
+                writer.lead_done()
+                raise
+            write = self._accept_append(events)
+            write.watchers += 1
+            try:
+                await writer.commit_batch(True)  # lead=True
+            finally:
+                write.watchers -= 1
+            if not write.done:  # failed, dropped, or handed over to the writer task
+                await self.wait_write(write, 0)
+            return write.last
         await trio.lowlevel.checkpoint_if_cancelled()  # pending: nothing is accepted
-        # _accept("append", events), inline: every awaited append comes here.
+        write = self._accept_append(events)
+        await self.wait_write(write, 0, True)  # submit=True, positional: the hot path
+        return write.last
+
+    def _accept_append(self, events: Sequence[PreparedEvent]) -> PendingWrite:
+        """``_accept("append", events)``, lean: every awaited append comes here."""
         prev = self.accepted_head
         write = PendingWrite("append", prev, prev + 1, prev + len(events), tuple(events))
         self.accepted_head = write.last
         self._pending.append(write)
-        await self.wait_write(write, 0, True)  # submit=True, positional: the hot path
-        return write.last
+        return write
 
     async def truncate(self, to_seq: int) -> int:
         """Accept a truncate behind every earlier write and wait for it; return how many
@@ -362,7 +397,7 @@ class SessionActor:
         try:
             if submit:
                 writer = self.writer
-                if writer.submit_awaited(self):
+                if writer.submit_awaited(self) and await writer.lead_yield():
                     await writer.commit_batch(True)  # lead=True
             while not write.done:
                 if write.dropped is not None:

@@ -124,20 +124,19 @@ class GroupCommitWriter:
     def submit(self, actor: SessionActor, *, urgent: bool) -> None:
         """Mark ``actor`` as having queued writes."""
         self._dirty[actor] = None
-        if self._leading:  # the leading caller takes it (or hands it over, see _lead_done)
+        if self._leading:  # the leading caller takes it (or hands it over, see lead_done)
             self._lead_urgent = self._lead_urgent or urgent
             return
         self._wake.set()
         if urgent:
             self._urgent.set()
 
-    def submit_awaited(self, actor: SessionActor) -> bool:
-        """Mark ``actor`` as having queued a write that the calling task will wait for
-        (urgent). The one place that decides who makes its batch: True if the calling
-        task makes it itself (then it must call ``commit_batch(lead=True)`` once,
-        next) -- the store is non-blocking, and the writer is running and idle (nothing
-        queued, no batch being made, no caller leading, no flush asked for, its task
-        not woken); False if the writer task does."""
+    def lead(self, actor: SessionActor) -> bool:
+        """Does the calling task make the next batch itself? True if the store is
+        non-blocking and the writer is running and idle (nothing queued, no batch being
+        made, no caller leading, no flush asked for, its task not woken): then ``actor``
+        is marked as having a write the caller waits for (urgent), and the caller must
+        call :meth:`lead_yield` next. False: nothing changed."""
         if (
             self._inline
             and self.running
@@ -148,11 +147,39 @@ class GroupCommitWriter:
             self._leading = True
             self._lead_urgent = True
             return True
+        return False
+
+    def submit_awaited(self, actor: SessionActor) -> bool:
+        """Mark ``actor`` as having queued a write that the calling task will wait for
+        (urgent). The one place that decides who makes its batch: True if the calling
+        task makes it itself (:meth:`lead`; then it calls :meth:`lead_yield` and, if that
+        says so, ``commit_batch(lead=True)``, next); False if the writer task does."""
+        if self.lead(actor):
+            return True
         self.submit(actor, urgent=True)
         return False
 
-    def _lead_done(self) -> None:
-        """Leading ended: hand what is still queued over to the writer task."""
+    async def lead_yield(self) -> bool:
+        """The leading caller's yield, a checkpoint: the writes of the other tasks of
+        this scheduler round join its batch meanwhile (their submissions only mark their
+        actors). True if the caller makes the batch now (``commit_batch(lead=True)``,
+        next, before any other checkpoint); False if it does not (the writer stopped, or
+        its task is making a batch): whatever is queued went to the writer task.
+
+        A cancel at the yield hands every queued write to the writer task and raises."""
+        try:
+            await trio.lowlevel.checkpoint()
+        except BaseException:
+            self.lead_done()
+            raise
+        self._leading = False
+        if not self.running or self._busy:
+            self.lead_done()
+            return False
+        return True
+
+    def lead_done(self) -> None:
+        """Leading ended without a batch: hand what is queued over to the writer task."""
         self._leading = False
         if self._dirty:
             self._wake.set()
@@ -313,26 +340,12 @@ class GroupCommitWriter:
         """Take one op per ready actor, commit them in one batch, deliver the results:
         the one batch routine, of the writer task and of a leading caller alike.
 
-        ``lead``: the leading caller's call, after :meth:`submit_awaited` said so (its
-        write is queued). It yields once first, so that the writes of the other tasks
-        of this scheduler round join the batch, then makes the batch here, unless the
-        writer task is making one (then it takes them); writes left queued afterwards
-        go to the writer task. A cancel at the yield leaves every queued write to the
-        writer task and raises (the caller checked for a cancel pending before it
-        queued its write, so that one accepts nothing); the batch itself is not
-        cancelled (as one in the writer task). What the store raises that is no
-        :class:`~stores.TidelogError` (a bug in it) kills the writer task, as if it
-        had made the call."""
-        if lead:
-            try:
-                await trio.lowlevel.checkpoint()
-            except BaseException:
-                self._lead_done()
-                raise
-            self._leading = False
-            if not self.running or self._busy:
-                self._lead_done()
-                return
+        ``lead``: the leading caller's call, after :meth:`lead_yield` said so (its
+        write is queued): the batch takes every write
+        queued meanwhile, and writes left queued afterwards go to the writer task. The
+        batch itself is not cancelled (as one in the writer task). What the store
+        raises that is no :class:`~stores.TidelogError` (a bug in it) kills the writer
+        task, as if it had made the call."""
         self._busy = True
         try:
             dirty = self._dirty
@@ -429,4 +442,4 @@ class GroupCommitWriter:
             if self._progress_waiters:
                 self.notify_progress()
             if lead and self._dirty:  # (it stopped leading before the batch)
-                self._lead_done()
+                self.lead_done()

@@ -333,6 +333,60 @@ async def test_memory_leader_cancelled_withdraws_only_its_own_append() -> None:
     assert withdrawn > 0
 
 
+async def test_memory_leader_refused_after_its_yield_accepts_nothing() -> None:
+    """A leading append checks ``expected_head`` again after its yield: when a write of
+    another task moved the head meanwhile, it is refused with ConflictError and nothing
+    of it is accepted, and that other write is committed all the same. (Trio runs the
+    tasks of one round in a random order, so the other write lands in the yield in about
+    half of the rounds; in the others the append commits first.)"""
+    refused = 0
+    async with open_runtime(MemoryStore()) as rt, rt.open_session("s") as w:
+        accepted: list[int] = []
+        for n in range(40):
+            head = await w.head()
+
+            async def move_head(n: int = n) -> None:
+                w.append_nowait([ev(1000 + n)])
+
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(move_head)
+                try:
+                    await w.append([ev(n)], expected_head=head)
+                except ConflictError:
+                    refused += 1
+                    assert await w.head() == head + 1  # only the other write
+                    accepted.append(1000 + n)
+                else:
+                    accepted.append(n)  # ...and the other write after it
+                    accepted.append(1000 + n)
+            with trio.fail_after(10):
+                await w.wait_committed()
+        assert [e.data for e in await w.read()] == [{"i": i} for i in accepted]
+    assert refused > 0
+
+
+async def test_memory_leader_failing_commit_lands_once() -> None:
+    """A leading append whose own batch fails raises CommitPendingError (accepted); the
+    writer task's retry lands it, and the log holds every accepted event exactly once
+    (also when the failed attempt had committed, and when the first retry fails too)."""
+    store = FlakyMemoryStore()
+    async with open_runtime(store) as rt, rt.open_session("s") as w:
+        await w.append([ev(0)])
+        for i, (fail_next, fail_after) in enumerate([(1, 0), (0, 1), (2, 0)], start=1):
+            store.fail_next, store.fail_after_commit = fail_next, fail_after
+            with pytest.raises(CommitPendingError):
+                await w.append([ev(i)])
+            with trio.fail_after(10):
+                while True:
+                    try:
+                        await w.wait_committed()
+                        break
+                    except CommitPendingError:
+                        continue  # a retry failed too: still queued
+        assert [e.data for e in await w.read()] == [{"i": i} for i in range(4)]
+        assert await w.head() == 4
+
+
 async def test_big_batch_wakes_its_waiters_in_slices(rt: Runtime) -> None:
     """A batch of more than DELIVERY_SLICE awaited appends wakes its waiters a slice at
     a time (other tasks run in between), and the next batch still takes every waiter."""
