@@ -2,8 +2,9 @@
 graph of ``graphs.py`` on one thread of a SQLite file.
 
 Usage: python graph_worker.py DB THREAD CALLS MODE
-MODE: ``run`` (from the start, after ``saver.acquire``), ``block`` (from the start;
-inside node ``two`` it prints ``in-two`` and waits on stdin, holding the thread),
+MODE: ``run`` (from the start, after ``saver.acquire``), ``block`` (from the start, each
+step's checkpoint committed before the next step; inside node ``two`` it prints ``in-two``
+and waits on stdin, holding the thread),
 ``resume`` (continue the thread). Prints one JSON line: ``{"log": [...]}`` or
 ``{"error": "SessionOwnedError"}``.
 """
@@ -38,7 +39,11 @@ def main() -> None:
         try:
             if mode == "run":
                 saver.acquire(thread)
-            result = graph.invoke(inputs, config)
+            # ``block`` is killed inside ``two``: its checkpoint of ``one`` (and with it
+            # the thread's writer) must be committed before ``two`` starts, not written in
+            # the background as LangGraph's default ``durability="async"`` does.
+            durability: Any = "sync" if mode == "block" else None
+            result = graph.invoke(inputs, config, durability=durability)
         except SessionOwnedError:
             print(json.dumps({"error": "SessionOwnedError"}), flush=True)
             return
