@@ -650,7 +650,8 @@ async def test_a_session_deleted_on_a_retry_opens_again_at_once() -> None:
 
 async def test_snapshot_does_not_pin_the_wal(tmp_path: pathlib.Path) -> None:
     """While a snapshot is held, the runtime's background checkpoints still copy the WAL
-    back and it restarts: it stays bounded, and the snapshot reads the same."""
+    back and it restarts (it ends far smaller than what was written, and a checkpoint with
+    the snapshot held copies all of it), and the snapshot reads the same."""
     path = tmp_path / "db"
     wal = f"{path}-wal"
     async with open_runtime(path) as rt, rt.open_session("s") as w:
@@ -660,8 +661,16 @@ async def test_snapshot_does_not_pin_the_wal(tmp_path: pathlib.Path) -> None:
             for i in range(1500):  # ~6 WAL pages per append: ~9000 pages in all
                 await w.append([NewEvent("k", {"pad": "x" * 1000, "i": i})])
             largest = (await trio.Path(wal).stat()).st_size  # the file never shrinks
-            assert rt.statistics().wal_checkpoints >= 2
-            assert largest < (CHECKPOINT_FALLBACK_PAGES + 500) * 4096
+            with trio.fail_after(30):
+                # The checkpoints run in the checkpointer's thread: no trio event to wait
+                # on, so poll its counter (bounded by the deadline).
+                while rt.statistics().wal_checkpoints < 2:  # noqa: ASYNC110
+                    await trio.sleep(0.01)
+            # A pinned WAL would hold all ~9000 pages; one that restarts holds about the
+            # fallback threshold plus what commits while a checkpoint runs (timing: a loaded
+            # machine adds hundreds of pages, so the bound leaves room for them).
+            assert CHECKPOINT_FALLBACK_PAGES * 4096 < 9000 * 4096 * 2 // 3
+            assert largest < 9000 * 4096 * 2 // 3
             assert len(await snap.read()) == 1
             import apsw
 
