@@ -4,7 +4,13 @@ projections and forks.
 Every session is an append-only event log written by one actor; reads run on their own
 connection and never block the writer. The agent layer (``runtime.agents``) and the
 command line (``runtime.cli``) are clients of this public API.
+
+``MemoryStore`` and ``SqliteStore`` (re-exported from :mod:`stores`) are loaded on first
+use, as :mod:`stores` loads its backends: ``import runtime`` needs neither the memory
+backend nor apsw until one is asked for.
 """
+
+from typing import TYPE_CHECKING
 
 from actors import WriterStatistics
 from stores import (
@@ -16,7 +22,6 @@ from stores import (
     InvalidArgumentError,
     InvalidEventError,
     InvalidSessionIdError,
-    MemoryStore,
     NewEvent,
     OwnershipLostError,
     ReadOnlyError,
@@ -25,7 +30,6 @@ from stores import (
     SessionNotFoundError,
     SessionOwnedError,
     SnapshotExpiredError,
-    SqliteStore,
     Store,
     StoreBusyError,
     StoreCorruptError,
@@ -45,6 +49,9 @@ from ._published import STATISTICS_PREFIX, PublishedStatistics, published_statis
 from ._runtime import INTERNAL_PREFIX, Runtime, RuntimeStatistics
 from ._snapshot import Snapshot
 from ._tail import Tail
+
+if TYPE_CHECKING:  # loaded on first use by __getattr__ below
+    from stores import MemoryStore, SqliteStore
 
 __all__ = [
     "INTERNAL_PREFIX",
@@ -91,9 +98,28 @@ __all__ = [
     "published_statistics",
 ]
 
+#: The store backends re-exported from :mod:`stores`, loaded on first use.
+_BACKENDS = frozenset({"MemoryStore", "SqliteStore"})
+
+
+def __getattr__(name: str) -> object:
+    """Load a re-exported backend when it is first asked for (``runtime.SqliteStore``)."""
+    if name not in _BACKENDS:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    import stores
+
+    store: object = getattr(stores, name)
+    globals()[name] = store
+    return store
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))
+
+
 # Public names report their public home (``runtime.Runtime``, not ``runtime._runtime``).
 for _name in __all__:
-    _obj = globals()[_name]
+    _obj = globals().get(_name)
     if getattr(_obj, "__module__", "").startswith(__name__ + "._"):
         _obj.__module__ = __name__
 del _name, _obj

@@ -76,10 +76,10 @@ from ._records import (
     validate_session_id,
 )
 from ._urls import StoreKind, is_postgres_url, open_store, store_kind
-from .memory import MemoryStore
 
 if TYPE_CHECKING:  # loaded on first use by __getattr__ below
     from .jsonl import JsonlStore
+    from .memory import MemoryStore
     from .postgres import PostgresStore
     from .sqlite import SqliteStore
 
@@ -155,6 +155,7 @@ __all__ = [
 
 #: The backends loaded on first use: name -> (subpackage, the extra that installs it).
 _BACKENDS = {
+    "MemoryStore": (".memory", None),
     "SqliteStore": (".sqlite", None),
     "JsonlStore": (".jsonl", None),
     "PostgresStore": (".postgres", "postgres"),
@@ -175,6 +176,7 @@ def __getattr__(name: str) -> object:
             f"{name} needs the {extra!r} extra: pip install 'tidelog[{extra}]'"
         ) from exc
     store = getattr(module, name)
+    store.__module__ = __name__  # its public home, like the names below
     globals()[name] = store
     return store
 

@@ -19,7 +19,6 @@ from runtime import (
     TidelogError,
     UnsupportedFormatError,
 )
-from runtime.agents import unwrap_group
 
 __all__ = [
     "EXIT_FOUND",
@@ -65,6 +64,8 @@ class Interrupted(Exception):
 
 def leaf(exc: BaseException) -> BaseException:
     """The single exception inside nested one-member exception groups, else ``exc``."""
+    from runtime.agents import unwrap_group  # the agent layer, only once a command failed
+
     return unwrap_group(exc)
 
 
