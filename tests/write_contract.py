@@ -16,9 +16,9 @@ from runtime import (
     TidelogError,
     UnwrittenError,
 )
-from stores import BatchResult, WriteOp
+from stores import BatchResult, SqliteStore, WriteOp
 
-__all__ = ["Caller", "OneFailure", "ev"]
+__all__ = ["Caller", "OneFailure", "SqliteOneFailure", "ev"]
 
 
 class OneFailure(MemoryStore):
@@ -27,6 +27,26 @@ class OneFailure(MemoryStore):
 
     def __init__(self, fail_at: int | None, *, after_commit: bool) -> None:
         super().__init__()
+        self.fail_at = fail_at
+        self.after_commit = after_commit
+        self.calls = 0
+
+    def write_batch(self, ops: Sequence[WriteOp], *, sync: bool = False) -> list[BatchResult]:
+        number = self.calls
+        self.calls += 1
+        if number == self.fail_at and not self.after_commit:
+            raise StoreIOError("injected: the disk failed before the commit")
+        results = super().write_batch(ops, sync=sync)
+        if number == self.fail_at:
+            raise StoreIOError("injected: the disk failed after the commit landed")
+        return results
+
+
+class SqliteOneFailure(SqliteStore):
+    """:class:`OneFailure` on a real SQLite file."""
+
+    def __init__(self, path: str, fail_at: int | None, *, after_commit: bool) -> None:
+        super().__init__(path)
         self.fail_at = fail_at
         self.after_commit = after_commit
         self.calls = 0

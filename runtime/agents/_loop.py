@@ -14,6 +14,7 @@ Barriers (what is durable when):
 Resume settles every call left without a result: never started -> it runs; started and
 the tool is idempotent -> it runs again; started and not idempotent -> a
 ``TOOL_OUTCOME_UNKNOWN`` error result tells the model to verify before retrying. A
+checkpoint that ends with the model's final answer completes with it (no model call). A
 completed run is *replayed*: only the terminal event, no model call, no hooks, the stored
 output, and the history append re-applied (idempotently).
 """
@@ -50,7 +51,7 @@ from ._events import (
 )
 from ._history import History
 from ._models import Model, ModelRequest, ModelResponse, StreamingModel, Usage
-from ._output import OutputSchema
+from ._output import OutputSchema, OutputValidationError
 from ._sidecars import CallSink
 from ._stopping import StopRequested
 from ._tools import FunctionTool, RunContext, ToolArgumentsError
@@ -436,6 +437,21 @@ class Run:
         await self.complete(output)
         return self.result(output, response.finish_reason or "stop", final)
 
+    async def finish_stored(self) -> RunResult | None:
+        """Complete a resumed run with the final answer its checkpoint already holds: its
+        last saved model turn had no tool calls, and the completion after it failed (or
+        was not known to land). ``None`` when there is none, or when it does not fit the
+        output type (that failed the run: the model is asked again)."""
+        if self.turns == 0:  # the entries are the input: no answer of this run's model
+            return None
+        last = next((e for e in reversed(self.entries) if not isinstance(e, SidecarEntry)), None)
+        if not isinstance(last, AssistantMessage):
+            return None
+        try:
+            return await self.finish(ModelResponse(last.text))
+        except OutputValidationError:
+            return None
+
     async def complete(self, output: JSON) -> None:
         """Save the completed run (with its history segment).
 
@@ -452,7 +468,11 @@ class Run:
             self.saved = len(self.entries)
 
         with trio.CancelScope(shield=True):  # as save(): never half-known
-            await self._complete(head, meta, saved)
+            try:
+                await self._complete(head, meta, saved)
+            except CommitPendingError:
+                saved()  # accepted (retried in the background): the run must not be failed
+                raise
         await trio.lowlevel.checkpoint_if_cancelled()
 
     async def _complete(
@@ -503,15 +523,18 @@ async def drive(run: Run, snapshot: RunSnapshot | None, new_entries: list[Entry]
     await run.hooks.on_run_start(run.ctx)
     try:
         waiting: list[ToolCall] = []
+        result: RunResult | None = None
         if resuming:
             waiting = await run.settle(pending_tool_calls(run.entries), resuming=True)
-        while not waiting:
+            if not waiting:  # a saved final answer is never asked for again
+                result = await run.finish_stored()
+        while result is None and not waiting:
             outcome = await run.turn()
             if isinstance(outcome, ModelResponse):
                 result = await run.finish(outcome)
-                break
-            waiting = outcome
-        else:
+            else:
+                waiting = outcome
+        if result is None:
             result = await run.pause(waiting)
     except StopRequested as stop:
         await save_stopped(run, stop)
