@@ -7,7 +7,8 @@ Commits by other processes -- other hosts, with PostgreSQL -- are found two ways
   ``LISTEN``/``NOTIFY``). A thread of the hub's own blocks in the feed's ``wait`` and
   hands each notification to the trio thread, which wakes the waiters of the sessions it
   names -- or every waiter when it says "anything may have changed" (after the feed
-  reconnected: notifications sent meanwhile are lost, so everything is re-read);
+  reconnected: notifications sent meanwhile are lost, so everything is re-read -- and
+  once when it first listens, for the commits announced before it did);
 * **polling** ``data_version`` on a reader connection, only while at least one tailer
   waits: every ``poll_interval`` seconds, or every :data:`LISTENING_POLL_INTERVAL` while
   the feed is connected -- then polling is only the safety net for commits that announce
@@ -149,6 +150,10 @@ class ChangeHub:
         token = trio.lowlevel.current_trio_token()
         stop = threading.Event()
         self._feed = feed
+        # Commits announced before the feed listened were heard by no one, and a tailer
+        # waiting now may have read before them: every waiter re-reads (from here on, the
+        # feed hears each commit its re-read does not see).
+        self.notify_all()
         threading.Thread(
             target=_serve_feed,
             args=(feed, stop, token, self._from_feed, self._watched),

@@ -45,7 +45,8 @@ def new_tail(engine: Engine, session_id: str, since_seq: int) -> Tail:
 class Tail(metaclass=NoPublicConstructor):
     """``async for event in rt.tail(id, since_seq=0)``: committed events in seq order,
     no gaps, no duplicates, then new ones as they are committed -- by this process (woken
-    at once) or by another (found by polling ``PRAGMA data_version``).
+    at once) or by another (heard from the store's change feed, PostgreSQL's ``NOTIFY``,
+    or found by polling the store's ``data_version``).
 
     A tail of a session that does not exist yet waits for it to be created (subscribers
     usually start before producers).

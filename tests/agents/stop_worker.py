@@ -2,7 +2,8 @@
 hangs on its second request (printing ``asking`` first), and prints one JSON line with
 how the run ended.
 
-Usage: python stop_worker.py DB
+Usage: python stop_worker.py STORE POLL_INTERVAL  (STORE: a SQLite file or a
+postgresql:// URL)
 """
 
 from __future__ import annotations
@@ -43,8 +44,8 @@ class Hanging:
         raise AssertionError("unreachable")
 
 
-async def main(db: str) -> None:
-    async with open_runtime(db) as rt:
+async def main(db: str, poll_interval: float) -> None:
+    async with open_runtime(db, poll_interval=poll_interval) as rt:
         agent = Agent("a", "x", model=Hanging(), tools=(look,))
         with trio.fail_after(60):
             result = await Runner.run(
@@ -54,4 +55,4 @@ async def main(db: str) -> None:
 
 
 if __name__ == "__main__":
-    trio.run(main, sys.argv[1])
+    trio.run(main, sys.argv[1], float(sys.argv[2]))

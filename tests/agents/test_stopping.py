@@ -9,7 +9,7 @@ import json
 import pathlib
 import subprocess
 import sys
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 
 import attrs
 import pytest
@@ -202,12 +202,28 @@ async def test_a_host_misses_no_stop_when_a_prune_deletes_its_control_session_me
         assert "new" in result[0].stop_reason
 
 
-def test_a_run_in_a_child_process_is_stopped_from_the_parent(tmp_path: pathlib.Path) -> None:
+@pytest.fixture(params=["sqlite", "postgres"])
+def shared_store(
+    request: pytest.FixtureRequest, tmp_path: pathlib.Path
+) -> Iterator[tuple[str, str]]:
+    """``(store, poll interval)`` for two processes sharing a store: a SQLite file (the
+    host polls), or a PostgreSQL schema of the test's own by URL, whose host never polls
+    in the test's time (600 s): NOTIFY alone must wake it."""
+    if request.param == "sqlite":
+        yield str(tmp_path / "stop.db"), "0.025"
+        return
+    from pgtest import fresh_schema, url_of
+
+    with fresh_schema() as where:
+        yield url_of(*where), "600"
+
+
+def test_a_run_in_a_child_process_is_stopped_from_the_parent(shared_store: tuple[str, str]) -> None:
     """A host process runs until its model hangs; the parent asks it to stop: the child
     ends the run interrupted within the bound, its finished turn kept."""
-    db = tmp_path / "stop.db"
+    db, poll_interval = shared_store
     child = subprocess.Popen(
-        [sys.executable, str(WORKER), str(db)],
+        [sys.executable, str(WORKER), db, poll_interval],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,

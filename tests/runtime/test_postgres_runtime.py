@@ -8,6 +8,7 @@ server, a schema per test; no mocks.
 from __future__ import annotations
 
 import contextlib
+import threading
 from collections.abc import AsyncIterator, Callable
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from typing import Any
@@ -28,7 +29,7 @@ from runtime import (
     StoreIOError,
     open_runtime,
 )
-from stores import PostgresStore
+from stores import PostgresStore, StoredEvent
 
 #: Tails must not be woken by polling in these tests: only the change feed can.
 NO_POLLING = 600.0
@@ -127,6 +128,81 @@ async def test_tail_on_another_host_is_woken_by_notify(host: Opener) -> None:
                 await trio.sleep(0.01)
     assert [seq for seq, _ in received] == list(range(2, 22))
     assert max(at - sent[seq] for seq, at in received) < 1.0
+
+
+class LateFeed(PostgresStore):
+    """A PostgresStore (and its clones: the runtime's reader) whose change feed starts
+    listening only once ``listening`` is set, and that reports each read to the trio
+    thread (``reads``: how many events it returned)."""
+
+    def __init__(
+        self,
+        dsn: str,
+        *,
+        schema: str,
+        listening: threading.Event,
+        reads: trio.MemorySendChannel[int],
+        token: trio.lowlevel.TrioToken | None = None,
+    ) -> None:
+        super().__init__(dsn, schema=schema)
+        self.listening = listening
+        self.reads = reads
+        self.token = token or trio.lowlevel.current_trio_token()
+
+    def clone(self, *, read_only: bool | None = None) -> LateFeed:  # noqa: ARG002
+        return LateFeed(
+            self.options.dsn,
+            schema=self.schema,
+            listening=self.listening,
+            reads=self.reads,
+            token=self.token,
+        )
+
+    def listen(self) -> Any:  # a PgListener (not public)
+        self.listening.wait()
+        return super().listen()
+
+    def read(self, session_id: str, **options: Any) -> list[StoredEvent]:
+        events = super().read(session_id, **options)
+        self.token.run_sync_soon(self.reads.send_nowait, len(events))
+        return events
+
+
+async def test_a_commit_before_the_feed_listens_still_wakes_a_waiting_tail(
+    host: Opener, pg_schema: tuple[str, str]
+) -> None:
+    """A tail that read before its runtime's feed listened, and a commit by another host
+    in between (its NOTIFY unheard): once the feed listens the tail re-reads and gets
+    it, though its runtime never polls."""
+    listening = threading.Event()
+    reads_in, reads = trio.open_memory_channel[int](100)
+    late = LateFeed(pg_schema[0], schema=pg_schema[1], listening=listening, reads=reads_in)
+    got = trio.Event()
+    try:
+        async with (
+            host() as writer,
+            writer.open_session("s") as w,
+            open_runtime(late, poll_interval=NO_POLLING) as reader,
+        ):
+            await w.append([ev(0)])
+
+            async def follow() -> None:
+                async for event in reader.tail("s", since_seq=1):
+                    assert event.seq == 2
+                    got.set()
+                    return
+
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(follow)
+                with trio.fail_after(10):
+                    assert await reads.receive() == 0  # the tail read: nothing yet
+                await w.append([ev(1)])  # announced to no one: the feed does not listen
+                listening.set()
+                with trio.fail_after(10):
+                    await got.wait()
+    finally:
+        listening.set()  # the feed's open, in a thread, must end for the runtime to close
+        late.close()
 
 
 async def test_tail_survives_the_feed_losing_its_connection(
