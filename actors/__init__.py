@@ -2,10 +2,12 @@
 supervisor, change notification and the WAL checkpointer. Knows stores/, nothing of the
 runtime API above it or of agents."""
 
+from ._actor_life import ActorState
 from ._changes import ChangeHub
+from ._group import GroupWrite
 from ._lane import StoreLane
 from ._pending import PendingWrite, WriteKind
-from ._session import ActorState, GroupWrite, SessionActor
+from ._session import SessionActor
 from ._supervisor import DRAIN_ATTEMPTS, CreateMode, Supervisor
 from ._wal_checkpointer import WalCheckpointer
 from ._writer import GroupCommitWriter, WriterStatistics

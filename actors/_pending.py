@@ -13,7 +13,7 @@ import attrs
 from stores import PreparedEvent, TidelogError
 
 if TYPE_CHECKING:  # only the annotation: a group's members are its actors' writes
-    from ._session import GroupWrite
+    from ._group import GroupWrite
 
 __all__ = ["PendingWrite", "WriteKind"]
 

@@ -39,8 +39,9 @@ from stores import (
     local_holder,
 )
 
+from ._actor_life import ActorState
 from ._lane import StoreLane
-from ._session import ActorState, SessionActor
+from ._session import SessionActor
 from ._writer import GroupCommitWriter
 
 __all__ = ["CreateMode", "Supervisor"]

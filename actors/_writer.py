@@ -33,8 +33,8 @@ from trio_util import AsyncValue
 
 from stores import AppendOp, BrokenError, ClosedError, GroupOp, ReplaceOp, TidelogError, WriteOp
 
+from ._actor_commits import ActorCommits
 from ._lane import StoreLane
-from ._session import SessionActor
 
 __all__ = ["DELIVERY_SLICE", "GroupCommitWriter", "WriterStatistics"]
 
@@ -83,8 +83,8 @@ class GroupCommitWriter:
         self.batch_window = batch_window
         self.max_ops = max_ops
         self._on_commit = on_commit
-        self._dirty: dict[SessionActor, None] = {}
-        self._watched: set[SessionActor] = set()
+        self._dirty: dict[ActorCommits, None] = {}
+        self._watched: set[ActorCommits] = set()
         self._wake = trio.Event()
         self._urgent = trio.Event()
         #: Tasks waiting for the next batch to finish (committed or failed), and how
@@ -121,7 +121,7 @@ class GroupCommitWriter:
 
     # -- called by actors --------------------------------------------------------------
 
-    def submit(self, actor: SessionActor, *, urgent: bool) -> None:
+    def submit(self, actor: ActorCommits, *, urgent: bool) -> None:
         """Mark ``actor`` as having queued writes."""
         self._dirty[actor] = None
         if self._leading:  # the leading caller takes it (or hands it over, see lead_done)
@@ -131,7 +131,7 @@ class GroupCommitWriter:
         if urgent:
             self._urgent.set()
 
-    def lead(self, actor: SessionActor) -> bool:
+    def lead(self, actor: ActorCommits) -> bool:
         """Does the calling task make the next batch itself? True if the store is
         non-blocking and the writer is running and idle (nothing queued, no batch being
         made, no caller leading, no flush asked for, its task not woken): then ``actor``
@@ -149,7 +149,7 @@ class GroupCommitWriter:
             return True
         return False
 
-    def submit_awaited(self, actor: SessionActor) -> bool:
+    def submit_awaited(self, actor: ActorCommits) -> bool:
         """Mark ``actor`` as having queued a write that the calling task will wait for
         (urgent). The one place that decides who makes its batch: True if the calling
         task makes it itself (:meth:`lead`; then it calls :meth:`lead_yield` and, if that
@@ -200,12 +200,12 @@ class GroupCommitWriter:
         """True if some commit since the last barrier is not yet fsynced."""
         return self._unsynced or self._sync_requested
 
-    def watch(self, actor: SessionActor) -> None:
+    def watch(self, actor: ActorCommits) -> None:
         """Note a live actor: if the writer stops, it wakes the tasks parked on it (they
         would wait for a commit that never comes)."""
         self._watched.add(actor)
 
-    def unwatch(self, actor: SessionActor) -> None:
+    def unwatch(self, actor: ActorCommits) -> None:
         """Undo :meth:`watch` (the actor stopped)."""
         self._watched.discard(actor)
 
@@ -288,12 +288,12 @@ class GroupCommitWriter:
             for actor in list(self._watched):
                 actor.wake_waiters()
 
-    def _take(self) -> tuple[list[tuple[SessionActor, ...]], list[WriteOp], int]:
+    def _take(self) -> tuple[list[tuple[ActorCommits, ...]], list[WriteOp], int]:
         """Take one op per ready actor for the next batch: each op's actors (one, or a
         group's members), the ops and how many events they write."""
         dirty = self._dirty
         now: float | None = None  # read only if an actor backs off or a group waits
-        targets: list[tuple[SessionActor, ...]] = []
+        targets: list[tuple[ActorCommits, ...]] = []
         ops: list[WriteOp] = []
         events = 0
         for actor in list(dirty):
@@ -307,7 +307,7 @@ class GroupCommitWriter:
                 del dirty[actor]
                 continue
             if actor.in_flight:
-                continue  # not ready (see SessionActor.ready)
+                continue  # not ready (see ActorCommits.ready)
             if actor.retry_at:
                 if now is None:
                     now = trio.current_time()
@@ -351,7 +351,7 @@ class GroupCommitWriter:
             dirty = self._dirty
             appends = None
             # Each op's actors (for one actor's appends, built only if they fail).
-            targets: list[tuple[SessionActor, ...]] | None = None
+            targets: list[tuple[ActorCommits, ...]] | None = None
             ops: list[WriteOp]
             if len(dirty) == 1:  # the usual case on a quiet store: one actor's appends
                 [actor] = dirty

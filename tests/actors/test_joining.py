@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import pytest
 
+from actors import GroupWrite
 from actors._pending import PendingWrite
-from actors._session import JOIN_CHARS, JOIN_EVENTS, GroupWrite, _joinable
+from actors._session import JOIN_CHARS, JOIN_EVENTS, _joinable
 from stores import PreparedEvent
 
 _ONE = (PreparedEvent("k", "{}"),)
