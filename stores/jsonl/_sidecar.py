@@ -35,7 +35,8 @@ when taking the lock, and when it releases the lease or closes its last handle (
 left); each save appends one chunk for what is new since the last one
 (its size follows the data: saving costs O(new events)), or rewrites the sidecar whole
 (temporary file and rename) when the one there is not the one this writer last saw. A
-barrier's synced point reaches it with the next chunk. It is never fsynced: it is a cache.
+flush barrier appends a chunk with its synced point (:func:`note_synced`). It is never
+fsynced: it is a cache.
 
 **A stale sidecar never serves wrong data.** It is used only if its inode and header
 CRC match the file's (a rewrite or a new session has another inode or header), chunks
@@ -72,7 +73,7 @@ from ._zstd import ZSTD, ZstdError, frame_size
 if TYPE_CHECKING:
     from ._index import FileIndex
 
-__all__ = ["STEP", "Loaded", "load", "persist"]
+__all__ = ["STEP", "Loaded", "load", "note_synced", "persist"]
 
 #: A writer saves once this many bytes of the file are not in the sidecar.
 STEP = 1 << 16
@@ -143,6 +144,35 @@ def persist(index: FileIndex, *, force: bool = False) -> None:
                 index.sidecar_seen = (seen[0], seen[1] + len(data))
             finally:
                 os.close(fd)
+        index.saved()
+
+
+def note_synced(index: FileIndex) -> None:
+    """After a barrier fsynced ``index``'s file (its batches committed): if more than
+    :data:`STEP` bytes of it were not proven synced by the sidecar, append a chunk with
+    what is new and the synced point, if the sidecar is still the one ``index`` last saw.
+    The session's lock need not be held (a barrier holds none): an append never rewrites,
+    a chunk says only what is true of the file, and one racing another writer's chunk
+    fails the loader's continuity check (dropped, as a torn chunk is). Failures are
+    ignored: the sidecar is a cache."""
+    path, seen = index.sidecar, index.sidecar_seen
+    if path is None or seen is None or index.damage is not None or index.codec.format < 2:
+        return
+    if index.synced <= index.saved_synced or index.saved_end == index.data_start:
+        return
+    if index.end - index.offset_of(index.saved_synced + 1) <= STEP:
+        return  # a new handle scans that little anyway: no chunk per barrier
+    with contextlib.suppress(OSError):
+        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_NOFOLLOW)
+        try:
+            info = os.fstat(fd)
+            if (info.st_ino, info.st_size) != seen:
+                return
+            data = _chunk(index)
+            os.write(fd, data)
+            index.sidecar_seen = (seen[0], seen[1] + len(data))
+        finally:
+            os.close(fd)
         index.saved()
 
 

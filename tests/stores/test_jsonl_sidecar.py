@@ -253,3 +253,20 @@ def test_a_leaving_writer_fsyncs_more_than_a_step_of_unsynced_batches(
     assert [e.seq for e in events] == list(range(29_951, 30_001))
     assert events == scanned(root)[-50:]
     assert read < 3 * STEP
+
+
+def test_a_flush_barrier_records_its_synced_point_in_the_sidecar(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A session written without a lease and flushed last: the barrier appends its synced
+    point to the sidecar (no line after it could prove it), so a new handle scans none
+    of the file."""
+    root = tmp_path / "store"
+    store = JsonlStore(root)
+    fill(store, 300)
+    store.sync()
+    store.close()
+    events, read = read_counting(root, monkeypatch)
+    assert [e.seq for e in events] == list(range(29_951, 30_001))
+    assert events == scanned(root)[-50:]
+    assert read < 3 * STEP
