@@ -82,6 +82,8 @@ class FileIndex:
         self.saved_end = data_start
         self.saved_head = header.base_seq
         self.saved_ends = 0
+        #: The synced seq the sidecar records (see :mod:`stores.jsonl._sidecar`).
+        self.saved_synced = header.base_seq
         #: ``(run_id, first, last)`` spans indexed since the last save.
         self.fresh_runs: list[tuple[str, int, int]] = []
 
@@ -149,8 +151,17 @@ class FileIndex:
         index = cls(path, fd, info.st_ino, header, start, codec)
         index.header_crc = zlib.crc32(line)
         index.sidecar = sidecar
-        load(index, size)
+        loaded = load(index, size)
         index.refresh(size)
+        if loaded is not None and index.synced < loaded.head:
+            # Batches the sidecar indexes but nothing proves synced: a power cut may have
+            # lost pages under them (with their last page kept), which only a scan can
+            # tell from a torn tail. Keep the proven chunks; scan from there.
+            synced = index.synced
+            if not loaded.apply(index, synced):
+                index.reset()
+            index.synced = max(index.synced, synced)
+            index.refresh(size)
         return index
 
     def close(self) -> None:
@@ -166,7 +177,7 @@ class FileIndex:
         if size == self.scanned_size:
             return
         if size < self.end:
-            self._reset()  # rolled back below what was indexed (a failed commit): rescan
+            self.reset()  # rolled back below what was indexed (a failed commit): rescan
         data = read_exact(self.fd, size - self.end, self.end, self.path)
         found = self.codec.scan(data, self.end, self.head, self.path)
         self.offsets.extend(found.offsets)
@@ -182,7 +193,8 @@ class FileIndex:
         # A torn tail is scanned again next time (its writer may finish or repair it).
         self.scanned_size = self.end
 
-    def _reset(self) -> None:
+    def reset(self) -> None:
+        """Forget what is indexed (the file is indexed again from its start)."""
         self.end = self.scanned_size = self.data_start
         self.head = self.header.base_seq
         self.offsets = array("q")
@@ -192,6 +204,7 @@ class FileIndex:
         self.damage = None
         self.synced = self.head
         self.saved_end, self.saved_head, self.saved_ends = self.data_start, self.head, 0
+        self.saved_synced = self.head
         self.fresh_runs = []
 
     def durable(self) -> None:
@@ -202,6 +215,7 @@ class FileIndex:
     def saved(self) -> None:
         """What is indexed is in the sidecar now."""
         self.saved_end, self.saved_head, self.saved_ends = self.end, self.head, len(self.batch_ends)
+        self.saved_synced = self.synced
         self.fresh_runs = []
 
     def appended(

@@ -33,7 +33,7 @@ from .._records import PreparedEvent
 from ._files import IO, Shared, fsync_dir, publish, write_all
 from ._format import FORMAT, Codec, Header, file_stem
 from ._index import FileIndex
-from ._sidecar import persist
+from ._sidecar import note_synced, persist
 
 __all__ = ["BatchFailure", "Layout", "Txn", "trim_writers"]
 
@@ -147,6 +147,7 @@ class Txn:
 
     def _commit(self) -> None:
         shared = self.shared
+        synced: list[FileIndex] = []
         if self.full or self.sync:
             targets = dict(self._written)
             dirs = set(self._dirs)
@@ -161,6 +162,7 @@ class Txn:
             for index in (*self._indexes.values(), *shared.writers.values()):
                 if index is not None and index.fd >= 0 and targets.get(index.path) == index.fd:
                     index.durable()
+                    synced.append(index)
             if self.sync:
                 shared.unsynced.clear()
                 shared.dirty_dirs.clear()
@@ -169,6 +171,8 @@ class Txn:
             shared.dirty_dirs |= self._dirs
         for commit in self._commits:  # group commit points: a failure fails the batch
             commit()
+        for index in synced:  # committed and synced: the sidecars may say so
+            note_synced(index)
         for index in self._indexes.values():  # committed: the sidecars may say so
             if index.fd >= 0:
                 persist(index)

@@ -16,7 +16,9 @@ directory as a disk could have left it had the power failed right then:
   log, kept in order as journaling file systems (ext4, XFS) do; a cut keeps a prefix of it
   that holds at least every change to a directory made before that directory's last
   fsync. A rename is one entry (atomic). Files created with the builtin ``open`` (the
-  index caches) and never renamed are kept or not at random.
+  index caches) and never renamed are kept or not at random. The JSONL sidecars
+  (``index/<stem>.idx``: created with ``os.open`` and renamed, then appended to with
+  ``os.write``, never fsynced) are cut like every file: any subset of their pages.
 
 Each cut is ``"none"`` (only what was made durable), ``"all"`` (everything, as if the
 kernel had written back its whole cache) or ``"some"`` (a random prefix of the name log

@@ -2,7 +2,9 @@
 
 :func:`run` drives a real store (one thread, so a cut taken inside a seam call is an exact
 instant) through appends, group commits across sessions, groups (all or nothing),
-truncates, replaces (a rewind), forks, deletes, flush barriers and WAL checkpoints, and
+truncates, replaces (a rewind), forks, deletes, leases taken and released (a JSONL writer
+leaving saves its sidecar, so cuts find sidecars over unsynced batches), flush barriers
+and WAL checkpoints, and
 keeps a :class:`Model`: per session, every state it went through (what a read would
 return after each op) and the last *acknowledged* one -- the state as of the last
 returned ``sync()`` (a flush barrier), or of the last returned commit with
@@ -184,6 +186,12 @@ def run(store: Any, model: Model, rng: random.Random, ops: int, pad: int) -> Non
             step({sid: None}, store.delete, sid)
         elif roll < 0.77 and callable(getattr(store, "checkpoint_wal", None)):
             store.checkpoint_wal()  # a WAL checkpoint where the store has a WAL
+        elif roll < 0.83 and live():
+            # A lease taken and released: a JSONL writer leaving saves the session's
+            # sidecar (index/<stem>.idx, never fsynced) over its unsynced batches.
+            sid = rng.choice(live())
+            store.acquire_lease(sid, "power", ttl=60, holder="battery")
+            store.release_lease(sid, "power")
         else:
             store.sync()
             model.acknowledge()

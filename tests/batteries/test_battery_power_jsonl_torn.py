@@ -173,3 +173,50 @@ def test_fork_of_unsynced_batches_survives_a_cut_that_keeps_its_name(
         assert store.check_integrity() == (True, "ok")
     finally:
         store.close()
+
+
+@pytest.mark.parametrize("compress", [False, True], ids=["plain", "zstd"])
+def test_a_sidecar_saved_over_unsynced_batches_does_not_hide_the_torn_tail(
+    tmp_path: Path, compress: bool
+) -> None:
+    """synchronous="normal": a lease holder appends, flushes, writes two more batches and
+    releases (the sidecar is saved over them); a cut keeps the sidecar and the last page
+    but loses the page after the flush: a new handle reads exactly the flushed events
+    (the sidecar's unproven chunks are not used), and the next writer cuts the tail."""
+    rng = random.Random(36)
+    store = JsonlStore(tmp_path, compress=compress)
+    try:
+        store.acquire_lease("s", "me", ttl=60, holder="test")
+        store.append("s", [NewEvent("small", {"n": 0})])
+        store.append("s", [NewEvent("small", {"n": 1})])
+        store.sync()  # events 1 and 2 are acknowledged
+        path = tmp_path / "sessions" / "s.jsonl"
+        synced = path.stat().st_size
+        store.append("s", [NewEvent("big", {"pad": _incompressible(rng, 1500)}) for _ in range(4)])
+        store.append("s", [NewEvent("small", {"n": 5})])
+        store.release_lease("s", "me")  # saves the sidecar, over the unsynced batches
+    finally:
+        store.close()
+    assert (tmp_path / "index" / "s.idx").stat().st_size > 0
+    assert path.stat().st_size > (synced // PAGE + 1) * PAGE  # the last batch is whole
+    _lose_page(path, synced)
+    reader = JsonlStore(tmp_path, read_only=True, compress=compress)
+    try:
+        assert [(e.seq, e.data) for e in reader.read("s")] == [(1, {"n": 0}), (2, {"n": 1})]
+    finally:
+        reader.close()
+    store = JsonlStore(tmp_path, compress=compress)
+    try:
+        assert [(e.seq, e.data) for e in store.read("s")] == [(1, {"n": 0}), (2, {"n": 1})]
+        assert store.head("s") == 2
+        assert store.append("s", [NewEvent("small", {"n": 2})]) == 3  # truncates the tail
+        assert [e.data for e in store.read("s")] == [{"n": 0}, {"n": 1}, {"n": 2}]
+        assert store.check_integrity() == (True, "ok")
+    finally:
+        store.close()
+    assert path.stat().st_size < synced + PAGE  # the dropped batches are gone from the file
+    reader = JsonlStore(tmp_path, read_only=True, compress=compress)  # the sidecar now
+    try:
+        assert [e.data for e in reader.read("s")] == [{"n": 0}, {"n": 1}, {"n": 2}]
+    finally:
+        reader.close()

@@ -68,16 +68,19 @@ def test_new_handle_reads_the_tail_from_the_sidecar_not_the_file(
     root = tmp_path / "store"
     store = JsonlStore(root, compress=compress)
     fill(store, 300)
+    store.sync()  # the sidecar trusts what its writer knew synced (a power cut keeps it)
+    fill(store, 5, tag="late")  # and scans what it does not: here, less than a save step
     store.close()
     size = (root / "sessions" / "s.jsonl").stat().st_size
     assert (root / "index" / "s.idx").exists()
     events, read = read_counting(root, monkeypatch)
-    assert [e.seq for e in events] == list(range(29_951, 30_001))
+    assert [e.seq for e in events] == list(range(30_451, 30_501))
     assert events == scanned(root)[-50:]
     assert read < 3 * STEP < size
     reader = JsonlStore(root, read_only=True)
     try:
         assert reader.find_run("s", "a1") == (101, 29_900)
+        assert reader.find_run("s", "late1") == (30_101, 30_500)
     finally:
         reader.close()
 
@@ -192,14 +195,35 @@ def test_writers_in_turn_in_two_processes_keep_the_sidecar_true(tmp_path: Path) 
         reader.close()
 
 
+def test_a_never_flushed_session_is_scanned_past_its_synced_point(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A session never flushed (synchronous="normal", no lease): the sidecar's chunks past
+    what its writer knew synced are not trusted (a power cut may have lost pages under
+    them), so a new handle scans the file from there and reads what a scan reads."""
+    root = tmp_path / "store"
+    store = JsonlStore(root)
+    fill(store, 300)
+    store.close()
+    assert (root / "index" / "s.idx").exists()
+    events, read = read_counting(root, monkeypatch)
+    assert [e.seq for e in events] == list(range(29_951, 30_001))
+    assert events == scanned(root)[-50:]
+    assert read > (root / "sessions" / "s.jsonl").stat().st_size - STEP
+
+
+@pytest.mark.parametrize("flush", ["flushed", "unflushed"])
 @pytest.mark.parametrize("end", ["release", "close"])
-def test_a_writer_leaving_saves_the_rest_of_the_index(tmp_path: Path, end: str) -> None:
+def test_a_writer_leaving_saves_the_rest_of_the_index(tmp_path: Path, end: str, flush: str) -> None:
     """A writer releasing its lease, or closing while it holds it, leaves a sidecar that
-    covers the whole file (a new handle then scans none of it)."""
+    covers the whole file if it was flushed (a new handle then scans none of it); if not,
+    what is not known synced is less than a save step, scanned by a new handle."""
     root = tmp_path / "store"
     store = JsonlStore(root)
     store.acquire_lease("s", "me", ttl=60, holder="test")
     fill(store, 250, size=1)  # less than one save's worth
+    if flush == "flushed":
+        store.sync()
     if end == "release":
         store.release_lease("s", "me")
     store.close()
@@ -208,6 +232,41 @@ def test_a_writer_leaving_saves_the_rest_of_the_index(tmp_path: Path, end: str) 
     index = jsonl_index.FileIndex.open(str(path), sidecar=str(root / "index" / "s.idx"))
     assert index is not None
     try:
-        assert (index.saved_end, index.head) == (path.stat().st_size, 250)
+        covered = path.stat().st_size if flush == "flushed" else index.data_start
+        assert (index.saved_end, index.end, index.head) == (covered, path.stat().st_size, 250)
     finally:
         index.close()
+
+
+def test_a_leaving_writer_fsyncs_more_than_a_step_of_unsynced_batches(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A lease holder that wrote more than a save step since its last flush fsyncs the
+    file when it releases, so the sidecar it leaves covers the whole file."""
+    root = tmp_path / "store"
+    store = JsonlStore(root)
+    store.acquire_lease("s", "me", ttl=60, holder="test")
+    fill(store, 300)
+    store.release_lease("s", "me")
+    store.close()
+    events, read = read_counting(root, monkeypatch)
+    assert [e.seq for e in events] == list(range(29_951, 30_001))
+    assert events == scanned(root)[-50:]
+    assert read < 3 * STEP
+
+
+def test_a_flush_barrier_records_its_synced_point_in_the_sidecar(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A session written without a lease and flushed last: the barrier appends its synced
+    point to the sidecar (no line after it could prove it), so a new handle scans none
+    of the file."""
+    root = tmp_path / "store"
+    store = JsonlStore(root)
+    fill(store, 300)
+    store.sync()
+    store.close()
+    events, read = read_counting(root, monkeypatch)
+    assert [e.seq for e in events] == list(range(29_951, 30_001))
+    assert events == scanned(root)[-50:]
+    assert read < 3 * STEP
