@@ -106,9 +106,11 @@ def __getattr__(name: str) -> object:
     """Load a re-exported backend when it is first asked for (``runtime.SqliteStore``)."""
     if name not in _BACKENDS:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    import stores
-
-    store: object = getattr(stores, name)
+    store: object
+    if name == "MemoryStore":
+        from stores import MemoryStore as store
+    else:
+        from stores import SqliteStore as store
     globals()[name] = store
     return store
 
