@@ -178,7 +178,7 @@ class SessionActor(ActorCommits):
             await trio.lowlevel.checkpoint()
             return self.accepted_head
         writer = self.writer
-        if writer.lead(self) and await writer.lead_yield():
+        if writer.lead(self) and await writer.lead_yield(self):
             # This task makes the batch: accept after the yield (checked again, things
             # may have changed meanwhile), then commit it at once.
             try:
@@ -302,7 +302,7 @@ class SessionActor(ActorCommits):
         try:
             if submit:
                 writer = self.writer
-                if writer.submit_awaited(self) and await writer.lead_yield():
+                if writer.submit_awaited(self) and await writer.lead_yield(self):
                     await writer.commit_batch(True)  # lead=True
             while not write.done:
                 if write.dropped is not None:

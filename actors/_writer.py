@@ -159,12 +159,17 @@ class GroupCommitWriter:
         self.submit(actor, urgent=True)
         return False
 
-    async def lead_yield(self) -> bool:
+    async def lead_yield(self, actor: ActorCommits) -> bool:
         """The leading caller's yield, a checkpoint: the writes of the other tasks of
         this scheduler round join its batch meanwhile (their submissions only mark their
         actors). True if the caller makes the batch now (``commit_batch(lead=True)``,
         next, before any other checkpoint); False if it does not (the writer stopped, or
         its task is making a batch): whatever is queued went to the writer task.
+
+        On True ``actor`` is marked again: the writer task may have made a batch during
+        the yield (a flush asked for one), which took it off the marked set, and the
+        caller's write (accepted only now, on the :meth:`~actors.SessionActor.append`
+        path) must be in the caller's batch, or nobody would ever take it.
 
         A cancel at the yield hands every queued write to the writer task and raises."""
         try:
@@ -176,6 +181,7 @@ class GroupCommitWriter:
         if not self.running or self._busy:
             self.lead_done()
             return False
+        self._dirty[actor] = None
         return True
 
     def lead_done(self) -> None:

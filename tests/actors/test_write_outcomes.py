@@ -89,6 +89,30 @@ async def test_a_cancel_pending_at_the_call_leaves_head_unchanged() -> None:
         assert await _stored(rt, "s") == [0, 1]
 
 
+async def test_a_leading_append_is_committed_when_a_flush_batch_runs_during_its_yield(
+    autojump_clock: trio.testing.MockClock,  # noqa: ARG001
+) -> None:
+    """A caller that leads the batch (idle writer, MemoryStore) yields before it accepts
+    its append; when a flush asked for in that round makes the writer task run a batch
+    first, the leader's write is still taken (it never waits for a batch nobody makes)."""
+    async with open_runtime(MemoryStore()) as rt, rt.open_session("s") as w:
+        expected: list[int] = []
+        # The writer task and the leader resume in one scheduler round, in an order trio
+        # picks at random: 64 rounds meet the writer-first order all but surely.
+        for n in range(0, 128, 2):
+
+            async def flush_after_nowait(m: int) -> None:
+                w.append_nowait([_ev(m)])
+                await w.flush()
+
+            with trio.fail_after(5):  # the clock jumps: a stuck write fails at once
+                async with trio.open_nursery() as nursery:
+                    nursery.start_soon(w.append, [_ev(n)])
+                    nursery.start_soon(flush_after_nowait, n + 1)
+            expected += [n, n + 1]
+        assert sorted(await _stored(rt, "s")) == expected
+
+
 class FailingStore(MemoryStore):
     """A real MemoryStore whose every ``write_batch`` fails once ``failing`` is set,
     before writing anything: as a whole (a disk that broke for good: retried, then
