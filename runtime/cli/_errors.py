@@ -4,6 +4,8 @@ command's terms (its flags and arguments, never Python keyword arguments)."""
 from __future__ import annotations
 
 import re
+import sys
+from typing import TYPE_CHECKING
 
 from runtime import (
     InvalidArgumentError,
@@ -19,6 +21,9 @@ from runtime import (
     TidelogError,
     UnsupportedFormatError,
 )
+
+if TYPE_CHECKING:
+    from runtime.agents import ForkPointError
 
 __all__ = [
     "EXIT_FOUND",
@@ -64,9 +69,10 @@ class Interrupted(Exception):
 
 def leaf(exc: BaseException) -> BaseException:
     """The single exception inside nested one-member exception groups, else ``exc``."""
-    from runtime.agents import unwrap_group  # the agent layer, only once a command failed
-
-    return unwrap_group(exc)
+    # (runtime.agents.unwrap_group, without loading the agent layer for every failure)
+    while isinstance(exc, BaseExceptionGroup) and len(exc.exceptions) == 1:
+        exc = exc.exceptions[0]
+    return exc
 
 
 #: The library's argument names that reach a message, and the flags users type instead.
@@ -94,10 +100,17 @@ def in_flags(message: str) -> str:
     return message
 
 
+def _fork_point(exc: ForkPointError) -> str:
+    calls = ", ".join(exc.pending)
+    return (
+        f"tidelog: seq {exc.at_seq} of {exc.session_id!r} falls inside a run whose tool "
+        f"calls {calls} have no result yet; fork at another --at SEQ, or pass "
+        "--allow-open-run to fork there anyway"
+    )
+
+
 def explain(exc: TidelogError, path: str) -> str:
     """The one-line message for a tidelog error met by a command on database ``path``."""
-    from runtime.agents import ForkPointError  # the agent layer, only once a command failed
-
     if isinstance(exc, SessionNotFoundError):
         return f"tidelog: no session {exc.session_id!r} in {path}"
     if isinstance(exc, UnsupportedFormatError):
@@ -112,13 +125,13 @@ def explain(exc: TidelogError, path: str) -> str:
             f"tidelog: session {exc.session_id!r} is being written by {holder}; "
             "try again once that writer has closed it"
         )
-    if isinstance(exc, ForkPointError):
-        calls = ", ".join(exc.pending)
-        return (
-            f"tidelog: seq {exc.at_seq} of {exc.session_id!r} falls inside a run whose tool "
-            f"calls {calls} have no result yet; fork at another --at SEQ, or pass "
-            "--allow-open-run to fork there anyway"
-        )
+    # An agent-layer error exists only once a command loaded that layer: the others
+    # (ls, show, check...) fail without loading it (a third of their start-up).
+    if "runtime.agents" in sys.modules and isinstance(exc, InvalidArgumentError):
+        from runtime.agents import ForkPointError
+
+        if isinstance(exc, ForkPointError):
+            return _fork_point(exc)
     if isinstance(exc, ReadOnlyError):
         return f"tidelog: {path} is opened read-only here: {exc}"
     if isinstance(exc, StoreBusyError):

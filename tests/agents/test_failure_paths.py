@@ -356,10 +356,20 @@ def _attempts_once(entries: Sequence[Entry]) -> list[Entry]:
     return out
 
 
+@pytest.fixture
+def loop_clock(backend: str) -> trio.testing.MockClock:
+    """The test's clock (pytest-trio runs the test on it): virtual time that jumps when
+    every task waits, so retries and backoffs take no real time. On SQLite it jumps only
+    after the loop has been idle for 2 ms of real time: a commit in the store's thread
+    keeps no task runnable, and a clock jumping at once would race through every
+    heartbeat and lease timer (hundreds of thousands of rounds) while one fsync runs."""
+    return trio.testing.MockClock(autojump_threshold=0 if backend == "memory" else 0.002)
+
+
 @pytest.mark.parametrize("ambiguous", [False, True], ids=["before", "after-commit"])
 @pytest.mark.parametrize("backend", ["memory", "sqlite"])
 async def test_run_loop_saves_land_once_through_store_failures(
-    autojump_clock: trio.testing.MockClock,  # noqa: ARG001 (pytest-trio runs the test on it)
+    loop_clock: trio.testing.MockClock,  # noqa: ARG001 (pytest-trio runs the test on it)
     tmp_path: Path,
     backend: str,
     ambiguous: bool,
