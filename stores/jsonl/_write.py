@@ -408,13 +408,21 @@ def trim_writers(shared: Shared, keep: str) -> None:
 
 
 def _fsync_path(path: str, fd: int) -> None:
+    """fsync the file at ``path``, written through ``fd`` since the last barrier. The fd
+    may have been closed since (a writer leaving its session) and its number given to
+    another file: it is trusted only while it still is the file at ``path``."""
     if fd >= 0:
         try:
-            IO.fsync(fd)
-            return
+            same = os.path.samestat(os.fstat(fd), os.lstat(path))
+        except FileNotFoundError:
+            return  # deleted or replaced since: nothing left to sync
         except OSError as exc:
             if exc.errno != 9:  # EBADF: closed since; fsync through the path
                 raise
+            same = False
+        if same:
+            IO.fsync(fd)
+            return
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
     except FileNotFoundError:

@@ -220,3 +220,37 @@ def test_a_sidecar_saved_over_unsynced_batches_does_not_hide_the_torn_tail(
         assert [e.data for e in reader.read("s")] == [{"n": 0}, {"n": 1}, {"n": 2}]
     finally:
         reader.close()
+
+
+@pytest.mark.parametrize("compress", [False, True], ids=["plain", "zstd"])
+def test_a_flush_syncs_the_file_of_a_writer_that_left_before_it(
+    tmp_path: Path, compress: bool
+) -> None:
+    """synchronous="normal": a lease holder appends and releases (its file closed, its
+    batch unsynced), other sessions are written (the closed fd's number is reused), then a
+    flush: a cut that keeps only synced bytes keeps the left writer's event -- the flush
+    fsyncs its file, not whatever file now has that fd number (found by the soak)."""
+    root = tmp_path / "store"
+    JsonlStore(root, compress=compress).close()
+    with recording(str(root)) as disk:
+        store = JsonlStore(root, compress=compress)
+        try:
+            store.acquire_lease("a", "me", ttl=60, holder="test")
+            store.append("a", [NewEvent("small", {"n": 0})])  # creates the file: synced
+            store.append("a", [NewEvent("small", {"n": 1})])
+            store.release_lease("a", "me")  # closes a's file, its last batch unsynced
+            for sid in ("b", "c"):  # b's file stays open: it may take a's old fd number
+                store.acquire_lease(sid, "me", ttl=60, holder="test")
+                store.append(sid, [NewEvent("small", {"n": 2})])
+            store.sync()  # acknowledges every event above
+            with disk.lock:
+                disk.cut(str(tmp_path / "cut"), random.Random(0), "none")
+        finally:
+            store.close()
+    store = JsonlStore(tmp_path / "cut", compress=compress)
+    try:
+        assert [e.data for e in store.read("a")] == [{"n": 0}, {"n": 1}]
+        assert [e.data for e in store.read("b")] == [{"n": 2}]
+        assert [e.data for e in store.read("c")] == [{"n": 2}]
+    finally:
+        store.close()
