@@ -4,9 +4,12 @@ databases, and looking at a database's whole state."""
 from __future__ import annotations
 
 import contextlib
+import multiprocessing
 import os
+import runpy
 import subprocess
 import sys
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -42,18 +45,57 @@ MEASURED = (
 )
 
 
+#: Fresh processes for the commands, forked from a server process that has imported
+#: the command's modules once (multiprocessing's forkserver: a clean interpreter of its
+#: own, no thread, no trio run). Each command is still a process of its own, with its
+#: own exit status, streams and working directory; it only skips re-importing what
+#: ``python -m runtime.cli`` imports (a third of a second each, hundreds of times per
+#: run). A fresh interpreter's imports are tested where they matter: ``test_cold_start``,
+#: the README's and the demo's commands.
+_SERVER = multiprocessing.get_context("forkserver")
+_SERVER.set_forkserver_preload(["runtime", "runtime.cli", "runtime.agents", "stores"])
+
+
+def _command_process(
+    args: list[str], cwd: str, env: dict[str, str], streams: tuple[str, str, str]
+) -> None:
+    """The forked child: be ``python -m runtime.cli ARGS`` run in ``cwd`` with ``env``,
+    its stdin, stdout and stderr the files ``streams`` names."""
+    for fd, (name, flags) in enumerate(
+        zip(streams, (os.O_RDONLY, os.O_WRONLY, os.O_WRONLY), strict=True)
+    ):
+        opened = os.open(name, flags)
+        os.dup2(opened, fd)
+        os.close(opened)
+    sys.stdin = open(0, closefd=False)  # noqa: SIM115 (multiprocessing closed the old one)
+    os.environ.clear()
+    os.environ.update(env)
+    os.chdir(cwd)
+    sys.argv = ["tidelog", *args]
+    runpy.run_module("runtime.cli", run_name="__main__", alter_sys=True)
+
+
 def tidelog(
     *args: str, cwd: Path, stdin: str | None = None, timeout: float = TIMEOUT
 ) -> subprocess.CompletedProcess[str]:
-    """Run ``python -m runtime.cli ARGS`` to completion and capture its output."""
-    return subprocess.run(
-        [sys.executable, "-m", "runtime.cli", *args],
-        cwd=cwd,
-        input=stdin,
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-    )
+    """Run ``tidelog ARGS`` (``python -m runtime.cli``) in a fresh process (forked, see
+    :data:`_SERVER`) to completion and capture its output."""
+    with tempfile.TemporaryDirectory(prefix="tidelog-cli-") as tmp:
+        names = tuple(os.path.join(tmp, name) for name in ("in", "out", "err"))
+        Path(names[0]).write_text(stdin or "")
+        for name in names[1:]:
+            Path(name).touch()
+        proc = _SERVER.Process(
+            target=_command_process, args=(list(args), str(cwd), dict(os.environ), names)
+        )
+        proc.start()
+        proc.join(timeout)
+        if proc.exitcode is None:
+            proc.kill()
+            proc.join()
+            raise subprocess.TimeoutExpired(["tidelog", *args], timeout)
+        out, err = (Path(name).read_text() for name in names[1:])
+    return subprocess.CompletedProcess(["tidelog", *args], proc.exitcode, out, err)
 
 
 def read_terminal(master: int) -> bytes:
