@@ -19,7 +19,8 @@ __all__ = ["main"]
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the ``tidelog`` command line with ``argv`` (default ``sys.argv[1:]``); return
     the exit status."""
-    args = build_parser().parse_args(argv)
+    argv = sys.argv[1:] if argv is None else argv
+    args = build_parser(argv).parse_args(argv)
     module, function, _ = COMMANDS[args.command]
     try:
         if args.command == "demo":

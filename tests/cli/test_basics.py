@@ -4,6 +4,7 @@ only read), and progress bars on a terminal only."""
 
 from __future__ import annotations
 
+import argparse
 import os
 import pty
 import random
@@ -21,7 +22,7 @@ import pytest
 from cli_support import TIMEOUT, big_db, db_state, files, make_db, tidelog, tidelog_unprivileged
 
 from runtime.cli._errors import in_flags
-from runtime.cli._parsing import COMMANDS
+from runtime.cli._parsing import COMMANDS, build_parser
 
 # -- help, version, the console script ----------------------------------------------------
 
@@ -37,6 +38,32 @@ def test_help_lists_every_command_with_a_summary(tmp_path: Path) -> None:
     version = tidelog("--version", cwd=tmp_path)
     assert version.returncode == 0
     assert version.stdout.strip() == "tidelog 0.1.0"
+
+
+def test_a_command_parses_alike_with_only_its_own_arguments_built() -> None:
+    """The parser built for a command's argv (only that command's arguments) parses it
+    exactly as the full parser does, and gives the same help for it."""
+    argvs = [
+        ["ls", "db.sqlite", "--limit", "5", "--after", "s1", "--json"],
+        ["show", "db.sqlite", "s1", "--since", "3", "--jsonl"],
+        ["runs", "approve", "db.sqlite", "r1", "c1", "--by", "ann"],
+        ["prune", "db.sqlite", "--older-than", "7d", "--dry-run"],
+    ]
+    for argv in argvs:
+        assert build_parser(argv).parse_args(argv) == build_parser().parse_args(argv), argv
+        only = build_parser(argv)._subparsers
+        assert only is not None
+        (action,) = [a for a in only._group_actions if isinstance(a, argparse._SubParsersAction)]
+        assert list(action.choices) == [argv[0]]
+    for name in COMMANDS:
+        full = build_parser()._subparsers
+        assert full is not None
+        (action,) = [a for a in full._group_actions if isinstance(a, argparse._SubParsersAction)]
+        assert set(action.choices) == set(COMMANDS)
+        one = build_parser([name, "--help"])._subparsers
+        assert one is not None
+        (own,) = [a for a in one._group_actions if isinstance(a, argparse._SubParsersAction)]
+        assert own.choices[name].format_help() == action.choices[name].format_help(), name
 
 
 def test_console_script_is_installed(tmp_path: Path) -> None:
