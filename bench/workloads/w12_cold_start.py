@@ -8,8 +8,9 @@ Wall time from spawning a fresh process to its exit, measured by the parent, for
   ``tidelog ls``: a command of a trio program cannot start faster than trio imports);
 * ``sqlite3 DB .tables``: the sqlite3 shell opening the database and listing its tables
   (the reference for a read command; ``no data`` if the shell is not installed);
-* ``tidelog ls DB``: the command (run as ``python -m runtime.cli ls DB``) listing the
-  sessions of a small database: :data:`SESSIONS` sessions of one event each, written by
+* ``tidelog ls DB``: the command (the console script installed beside the interpreter,
+  as a user runs it; ``no data`` where it is not installed) listing the sessions of a
+  small database: :data:`SESSIONS` sessions of one event each, written by
   the parent before the clock starts.
 
 Each measurement is the median of :data:`PROCESSES` fresh processes, one after another,
@@ -98,9 +99,12 @@ case("W12/import-trio", system='python -c "import trio"')(
     _command(lambda _: [sys.executable, "-c", "import trio"], db=False)
 )
 case("W12/sqlite3", system="sqlite3 DB .tables")(_command(_sqlite3, db=True))
-case("W12/tidelog-ls", system="tidelog ls DB (python -m runtime.cli)")(
-    _command(lambda p: [sys.executable, "-m", "runtime.cli", "ls", str(p)], db=True)
-)
+def _tidelog_ls(path: Path) -> list[str] | None:
+    script = Path(sys.executable).parent / "tidelog"  # the installed console script
+    return [str(script), "ls", str(path)] if script.exists() else None
+
+
+case("W12/tidelog-ls", system="tidelog ls DB")(_command(_tidelog_ls, db=True))
 
 _IMPORT = "W12 cold start: import runtime (fresh process, to exit)"
 _LS = f"W12 cold start: list the sessions of a {SESSIONS}-session database (fresh process)"

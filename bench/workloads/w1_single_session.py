@@ -292,7 +292,9 @@ rows(
         _RATE,
         _UNIT,
         reference=("W1/raw-full", _RATE),
-        target=Target("ratio", ">=", 0.9),  # raised from a first 0.8x by the speed work
+        # One fsync per append is everyone's floor: the speed issue's target is the raw
+        # per-row loop with one thread hop, within 5 %.
+        target=Target("ratio", ">=", 0.95),
     ),
     Row(
         "W1",
@@ -347,7 +349,8 @@ rows(
             (f"W1/{alt.key}-thread" if alt.direct else f"W1/{alt.key}", _RATE)
             for alt in ALTERNATIVES
         ),
-        target=Target("ratio", ">=", 1.2),
+        # No target: the 1.2x asked earlier is withdrawn (every system pays one commit and
+        # fsync per append; tidelog cannot commit a row faster than SQLite does).
     ),
     Row(
         "W1",

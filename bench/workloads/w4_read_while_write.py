@@ -219,6 +219,16 @@ rows(
         reference=(_RAW, "reader_p99_ms"),
         target=Target("value", "<=", 2.0),
     ),
+    # And no slower than the raw pair's reader in the same run (the speed issue's target).
+    Row(
+        "W4",
+        f"{_W4}: reader p99 against the raw reader's",
+        _TL,
+        "reader_p99_ms",
+        "ms",
+        reference=(_RAW, "reader_p99_ms"),
+        target=Target("ratio", "<=", 1.0),
+    ),
     Row(
         "W4",
         "W4 writer solo (1 event/append)",
