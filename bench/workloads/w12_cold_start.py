@@ -99,6 +99,8 @@ case("W12/import-trio", system='python -c "import trio"')(
     _command(lambda _: [sys.executable, "-c", "import trio"], db=False)
 )
 case("W12/sqlite3", system="sqlite3 DB .tables")(_command(_sqlite3, db=True))
+
+
 def _tidelog_ls(path: Path) -> list[str] | None:
     script = Path(sys.executable).parent / "tidelog"  # the installed console script
     return [str(script), "ls", str(path)] if script.exists() else None
