@@ -8,13 +8,12 @@ is imported when that command runs (:data:`COMMANDS`).
 from __future__ import annotations
 
 import argparse
-import re
-import time
 from collections.abc import Callable, Sequence
-from datetime import datetime
 from typing import TYPE_CHECKING
 
-__all__ = ["COMMANDS", "build_parser", "count", "duration", "seq", "version"]
+from ._argtypes import count, duration, events_to_show, moment, port, seq
+
+__all__ = ["COMMANDS", "build_parser", "version"]
 
 #: Every command: its module (under ``runtime.cli``), the function that runs it, and the
 #: one-line summary ``tidelog --help`` shows.
@@ -64,68 +63,6 @@ class _Version(argparse.Action):
     ) -> None:
         print(f"tidelog {version()}")
         parser.exit()
-
-
-# -- argument types ----------------------------------------------------------------------
-
-
-def count(text: str) -> int:
-    """An argparse type: an integer >= 0."""
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"must be >= 0, not {value}")
-    if value > 2**63 - 1:
-        raise argparse.ArgumentTypeError(f"too large: {value}")
-    return value
-
-
-def _port(text: str) -> int:
-    """``--port``'s type: 0..65535."""
-    value = count(text)
-    if value > 65535:
-        raise argparse.ArgumentTypeError(f"not a port: {value}")
-    return value
-
-
-#: A seq is a count (0 is "before the first event").
-seq = count
-
-
-def _events_to_show(text: str) -> int | None:
-    """``-n``'s type: a count, or ``all`` (``None``)."""
-    return None if text == "all" else count(text)
-
-
-_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
-_DURATION = re.compile(r"\A(\d+(?:\.\d+)?)([smhdw])\Z")
-
-
-def duration(text: str) -> float:
-    """An argparse type: a duration such as ``90s``, ``15m``, ``12h``, ``30d``, ``2w``;
-    returns seconds."""
-    match = _DURATION.match(text.strip())
-    if match is None:
-        raise argparse.ArgumentTypeError(
-            f"not a duration: {text!r} (a number and a unit: s, m, h, d or w, as in 30d)"
-        )
-    return float(match.group(1)) * _UNITS[match.group(2)]
-
-
-def moment(text: str) -> float:
-    """An argparse type: a point in time, as an ISO date or date and time (local time
-    unless it names a zone), or a duration ago (``7d``); returns seconds since the epoch."""
-    if _DURATION.match(text.strip()):
-        return time.time() - duration(text)
-    try:
-        return datetime.fromisoformat(text.strip()).timestamp()
-    except ValueError:
-        raise argparse.ArgumentTypeError(
-            f"not a time: {text!r} (an ISO date such as 2026-01-31 or 2026-01-31T12:00, "
-            "or a duration ago such as 7d)"
-        ) from None
 
 
 # -- the parser --------------------------------------------------------------------------
@@ -242,7 +179,7 @@ def _tail_command(commands: _Commands) -> None:
     tail.add_argument(
         "-n",
         "--lines",
-        type=_events_to_show,
+        type=events_to_show,
         default=10,
         metavar="N",
         help="how many of the last events to print (default 10; 'all' for the whole window)",
@@ -433,7 +370,7 @@ def _serve_command(commands: _Commands) -> None:
         "--host", default="127.0.0.1", metavar="ADDR", help="address to bind (default 127.0.0.1)"
     )
     serve.add_argument(
-        "--port", type=_port, default=8765, metavar="PORT", help="port (default 8765; 0: any)"
+        "--port", type=port, default=8765, metavar="PORT", help="port (default 8765; 0: any)"
     )
     serve.add_argument(
         "--token", metavar="TOKEN", help="the token requests need (default: generated when needed)"
