@@ -26,7 +26,7 @@ DOCS = (
     *sorted((ROOT / "docs").glob("*.md")),
 )
 #: The one-off measurements, each run on its own (``python -m bench.probes.NAME``).
-PROBES = ("jsonl_thread", "layout", "per_append", "pg_paths")
+PROBES = ("gil_overlap", "jsonl_thread", "layout", "per_append", "pg_paths")
 
 #: The optional alternatives (the ``bench`` extra): measured, or "not installed".
 ALTERNATIVES = ("openai-agents", "langgraph", "eventsourcing")
