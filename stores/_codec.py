@@ -27,7 +27,10 @@ integers of any size (up to Python's 4300-digit limit, where it refuses as the s
 does); orjson refuses to encode integers past 64 bits and, worse, *decodes* them as floats
 without an error, so every read would need a scan of the text for long digit runs.
 Encoders and decoders keep no state between calls (each call builds its own), so the
-module's one encoder and one decoder serve every thread.
+module's one encoder and one decoder serve every thread. msgspec is imported by the first
+encode or decode of event data, not with this module: its import (with the datetime,
+decimal, uuid and typing_extensions it loads) is about a tenth of ``import trio``, which a
+command that reads no event data (``tidelog ls``) need not pay.
 """
 
 from __future__ import annotations
@@ -36,14 +39,13 @@ import json
 from collections.abc import Callable, Iterable
 from typing import Any
 
-import msgspec
-
 from ._errors import InvalidEventError
 
 __all__ = [
     "MAX_NESTING",
     "decode",
     "decode_bytes",
+    "decode_small",
     "encode_plain",
     "json_text",
     "stdlib_json_text",
@@ -53,8 +55,31 @@ __all__ = [
 #: refused at write time: every accepted value must also read back, in any thread.
 MAX_NESTING = 200
 
-_FAST_ENCODE: Callable[[object], bytes] = msgspec.json.Encoder().encode
-_FAST_DECODE: Callable[[str | bytes], Any] = msgspec.json.Decoder().decode
+
+
+def _load_codec() -> None:
+    """Import msgspec and put its encoder and decoder in place of the loaders below (from
+    then on every call goes straight to them). Two threads may both get here first: each
+    puts an equal pair in place."""
+    global _FAST_ENCODE, _FAST_DECODE
+    import msgspec
+
+    _FAST_ENCODE = msgspec.json.Encoder().encode
+    _FAST_DECODE = msgspec.json.Decoder().decode
+
+
+def _first_encode(value: object) -> bytes:
+    _load_codec()
+    return _FAST_ENCODE(value)
+
+
+def _first_decode(text: str | bytes) -> Any:
+    _load_codec()
+    return _FAST_DECODE(text)
+
+
+_FAST_ENCODE: Callable[[object], bytes] = _first_encode
+_FAST_DECODE: Callable[[str | bytes], Any] = _first_decode
 _STDLIB_DECODE: Callable[[str], Any] = json.JSONDecoder().decode
 
 #: What the fast encoder may be given without a look inside (floats are checked apart).
@@ -125,8 +150,15 @@ def decode(text: str) -> Any:
         return _STDLIB_DECODE(text)  # raises TypeError (a str subclass reads as a str)
     try:
         return _FAST_DECODE(text)
-    except (msgspec.DecodeError, ValueError, RecursionError):
+    except (ValueError, RecursionError):  # msgspec.DecodeError is a ValueError
         return _STDLIB_DECODE(text)  # not tidelog's JSON: the stdlib reads or refuses it
+
+
+def decode_small(text: str) -> Any:
+    """Decode JSON text with the stdlib's decoder alone, to the same value :func:`decode`
+    gives: for the few small texts read apart from event data (a session header), so that
+    reading them does not load the compiled codec. Raises as :func:`decode`."""
+    return _STDLIB_DECODE(text)
 
 
 def decode_bytes(data: bytes) -> Any:
@@ -136,7 +168,7 @@ def decode_bytes(data: bytes) -> Any:
     ``RecursionError`` for text the stdlib cannot read either."""
     try:
         return _FAST_DECODE(data)
-    except (msgspec.DecodeError, ValueError, RecursionError):
+    except (ValueError, RecursionError):  # msgspec.DecodeError is a ValueError
         return json.loads(data)  # not tidelog's JSON: the stdlib reads or refuses it
 
 

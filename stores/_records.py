@@ -12,7 +12,7 @@ from typing import Any, NoReturn, TypeAlias
 
 import attrs
 
-from ._codec import MAX_NESTING, decode, encode_plain, json_text
+from ._codec import MAX_NESTING, decode, decode_small, encode_plain, json_text
 from ._errors import (
     InvalidArgumentError,
     InvalidEventError,
@@ -196,7 +196,7 @@ def decode_json(text: str) -> JSON:
 
 def decode_json_object(text: str) -> dict[str, JSON]:
     """Decode JSON text that holds an object (a session header)."""
-    value = decode(text)
+    value = decode_small(text)
     if not isinstance(value, dict):
         raise InvalidArgumentError(f"expected a JSON object, got {type(value).__name__}")
     return value

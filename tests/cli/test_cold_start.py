@@ -1,6 +1,7 @@
 """What a fresh ``tidelog ls`` process imports: the runtime, the SQLite backend and the
-command, not the agent layer, pydantic, jsonschema, rich, the inspector or the other
-backends (their imports cost more than the command; see W12 in ``bench/README.md``)."""
+command, not the agent layer, pydantic, jsonschema, rich, the inspector, the other
+backends or the compiled JSON codec, which only event data needs (their imports cost more
+than the command; see W12 in ``bench/README.md``)."""
 
 from __future__ import annotations
 
@@ -24,6 +25,7 @@ HEAVY = (
     "stores.jsonl",
     "stores.postgres",
     "psycopg",
+    "msgspec",
 )
 
 
@@ -51,7 +53,7 @@ def _imported_after(program: str, cwd: Path) -> list[str]:
 
 def test_ls_imports_none_of_the_heavy_modules(tmp_path: Path) -> None:
     """`tidelog ls DB` lists the sessions without importing the agent layer, pydantic,
-    jsonschema, rich, the inspector or another backend."""
+    jsonschema, rich, the inspector, another backend or msgspec."""
     db = make_db(tmp_path)
     program = textwrap.dedent(
         f"""

@@ -11,6 +11,9 @@ import itertools
 import json
 import math
 import pathlib
+import subprocess
+import sys
+import textwrap
 from collections import OrderedDict
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -239,6 +242,38 @@ def test_prepare_events_uses_the_fast_path_and_refuses_as_before() -> None:
     assert "Out of range float values are not JSON compliant" in str(refused.value)
 
 
+def test_the_compiled_codec_loads_on_first_use_from_any_thread(tmp_path: pathlib.Path) -> None:
+    """A fresh process has not imported msgspec after importing the stores; the first
+    encodes and decodes, made at once by several threads, each give the right value, and
+    every later call goes straight to msgspec's encoder and decoder."""
+    program = textwrap.dedent(
+        """
+        import sys, threading
+        from stores import _codec as codec, prepare_events, NewEvent
+        assert "msgspec" not in sys.modules
+        start, results = threading.Barrier(8), []
+        def work(i):
+            start.wait()
+            if i % 2:
+                results.append(codec.decode('{"n": %d, "f": 0.5}' % i) == {"n": i, "f": 0.5})
+            else:
+                [event] = prepare_events([NewEvent("k", {"n": i, "big": 2**70})])
+                results.append(event.data_json == '{"n":%d,"big":%d}' % (i, 2**70))
+        threads = [threading.Thread(target=work, args=(i,)) for i in range(8)]
+        for t in threads: t.start()
+        for t in threads: t.join()
+        assert results == [True] * 8, results
+        import msgspec
+        assert codec._FAST_ENCODE.__self__.__class__ is msgspec.json.Encoder
+        assert codec._FAST_DECODE.__self__.__class__ is msgspec.json.Decoder
+        """
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", program], cwd=tmp_path, capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode == 0, done.stderr
+
+
 # -- reading ------------------------------------------------------------------------------
 
 #: Texts no tidelog wrote, and spellings of tidelog's values both encoders never use.
@@ -286,10 +321,11 @@ def _outcome(decode: Callable[[Any], Any], text: Any) -> tuple[str, Any]:
 @TEXT_SETTINGS
 @given(json_texts())
 def test_any_text_decodes_as_the_stdlib_decodes_it(text: str) -> None:
-    """decode and decode_bytes give what json.loads gives (the same types), or raise the
-    error class it raises: old stores and foreign text read as before."""
-    for ours, given_text in ((codec.decode, text), (codec.decode_bytes, text.encode("utf-8",
-                             "surrogatepass"))):  # fmt: skip
+    """decode, decode_small and decode_bytes give what json.loads gives (the same types),
+    or raise the error class it raises: old stores and foreign text read as before."""
+    as_bytes = text.encode("utf-8", "surrogatepass")
+    readers = ((codec.decode, text), (codec.decode_small, text), (codec.decode_bytes, as_bytes))
+    for ours, given_text in readers:
         got, want = _outcome(ours, given_text), _outcome(json.loads, given_text)
         assert got[0] == want[0]
         assert same(got[1], want[1]) if got[0] == "value" else got[1] is want[1]
