@@ -80,7 +80,6 @@ from ._history import History, Segment
 from ._history_memory import MemoryHistory
 from ._history_runtime import RuntimeHistory
 from ._home import SessionHome
-from ._loop import TOOL_OUTCOME_UNKNOWN
 from ._models import (
     UNPARSED_ARGUMENTS,
     Model,
@@ -116,6 +115,7 @@ from ._runner import Runner
 from ._runs import RunOverview, list_runs
 from ._sidecars import DEFAULT_SNAPSHOT_QUOTA, FILE_SNAPSHOT
 from ._stopping import StopOutcome, request_stop
+from ._tool_calls import TOOL_OUTCOME_UNKNOWN
 from ._tools import (
     ApprovalPolicy,
     FunctionTool,

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import attrs
@@ -32,13 +32,11 @@ import trio
 from runtime import JSON, CommitPendingError, InvalidArgumentError, Runtime
 
 from ._agent import Agent
-from ._approvals import approval_step
 from ._checkpoints import CheckpointOptions, RunHead, RunSnapshot
 from ._completion import finish_run
-from ._errors import AgentNotFoundError, MaxTurnsExceededError, first_cause, is_interruption
+from ._errors import AgentNotFoundError, MaxTurnsExceededError, is_interruption
 from ._events import (
     AwaitingApproval,
-    Handoff,
     ModelTurn,
     RunCompleted,
     RunEvent,
@@ -47,14 +45,13 @@ from ._events import (
     RunStarted,
     RunStopped,
     ToolFinished,
-    ToolStarted,
 )
 from ._history import History
 from ._models import Model, ModelRequest, ModelResponse, StreamingModel, Usage
 from ._output import OutputSchema, OutputValidationError
-from ._sidecars import CallSink
 from ._stopping import StopRequested
-from ._tools import FunctionTool, RunContext, ToolArgumentsError
+from ._tool_calls import abort_undispatched, settle
+from ._tools import RunContext
 from ._transcript import (
     AssistantMessage,
     Entry,
@@ -65,25 +62,10 @@ from ._transcript import (
 )
 from ._typed_output import check_storable
 
-__all__ = ["TOOL_OUTCOME_UNKNOWN", "Run", "drive", "unknown_outcome_text"]
+__all__ = ["Run", "drive"]
+
 
 logger = logging.getLogger("tidelog")
-
-TOOL_OUTCOME_UNKNOWN = "TOOL_OUTCOME_UNKNOWN"
-#: Sidecar kind recorded (checkpointed and flushed) before a tool body may start.
-_STARTED = "tool_started"
-#: Sidecar kind recorded when a run is interrupted after a call's ``tool_started`` record
-#: but before its body was dispatched: the call never ran, so a resume runs it.
-_ABORTED = "tool_aborted"
-
-
-def unknown_outcome_text(call: ToolCall) -> str:
-    """The result text of a call whose outcome is unknown after a crash."""
-    return (
-        f"{TOOL_OUTCOME_UNKNOWN}: the tool {call.name!r} (call {call.call_id}) started before "
-        "the host crashed and did not record a result. It may or may not have taken effect. "
-        "Verify the outcome before retrying; do not assume it failed."
-    )
 
 
 @attrs.define(kw_only=True)
@@ -206,131 +188,12 @@ class Run:
         if not by_runtime:
             await trio.lowlevel.checkpoint()
 
-    # -- tools -------------------------------------------------------------------------
-
-    def _marked(self, call: ToolCall, kind: str) -> bool:
-        """Is there a ``kind`` sidecar for ``call`` after it (the last such call id)?"""
-        positions = [i for i, e in enumerate(self.entries) if e is call]
-        index = positions[-1] if positions else 0
-        return any(
-            isinstance(e, SidecarEntry)
-            and e.kind == kind
-            and isinstance(e.data, dict)
-            and e.data.get("call_id") == call.call_id
-            for e in self.entries[index + 1 :]
-        )
-
-    def may_have_run(self, call: ToolCall) -> bool:
-        """Could ``call``'s body have started before the run stopped? Yes if its
-        ``tool_started`` record was written and the run did not record that it was
-        interrupted before dispatching the body (``tool_aborted``)."""
-        return self._marked(call, _STARTED) and not self._marked(call, _ABORTED)
-
-    def abort_undispatched(self) -> None:
-        """The run is being interrupted: record the calls whose ``tool_started`` record
-        was written but whose body never started, so a resume runs them."""
-        for call_id in sorted(self.announced - self.dispatched):
-            self.entries.append(SidecarEntry(_ABORTED, {"call_id": call_id}))
-        self.announced.clear()
-
     async def record(self, result: ToolResult, how: str) -> None:
         """Add a tool result, checkpoint it, report it."""
         self.entries.append(result)
         await self.save()
         await self.emit(ToolFinished(result, how))
         await self.hooks.on_tool_result(self.ctx, result)
-
-    async def settle(self, calls: Sequence[ToolCall], *, resuming: bool) -> list[ToolCall]:
-        """Give every call a result: handoffs first, then tools, concurrently. Returns the
-        calls that await a person's decision (the others are settled)."""
-        to_run: list[tuple[ToolCall, FunctionTool, dict[str, Any], str]] = []
-        waiting: list[ToolCall] = []
-        for call in calls:
-            target = self.agent.handoff(call.name)
-            if target is not None:
-                previous = self.agent.name
-                self.agent = target
-                await self.record(
-                    ToolResult(call.call_id, f'{{"assistant": "{target.name}"}}'), "handoff"
-                )
-                await self.emit(Handoff(previous, target.name))
-                continue
-            tool = self.agent.tool(call.name)
-            if tool is None:
-                names = ", ".join(str(t["name"]) for t in self.agent.tool_schemas()) or "none"
-                text = f"unknown tool {call.name!r}; the tools you can call are: {names}"
-                await self.record(ToolResult(call.call_id, text, is_error=True), "error")
-                continue
-            try:
-                kwargs = tool.validate(call.arguments)  # once: the body gets these
-            except ToolArgumentsError as exc:  # the body never runs: the model is told why
-                await self.record(ToolResult(call.call_id, str(exc), is_error=True), "invalid")
-                continue
-            if tool.needs_approval is not False:
-                verdict = await self.approval(call, tool)
-                if verdict == "wait":
-                    waiting.append(call)
-                if verdict != "run":
-                    continue
-            if resuming and self.may_have_run(call):
-                if not tool.idempotent:
-                    text = unknown_outcome_text(call)
-                    await self.record(ToolResult(call.call_id, text, is_error=True), "unknown")
-                    continue
-                to_run.append((call, tool, kwargs, "re-ran"))
-            else:
-                to_run.append((call, tool, kwargs, "ran"))
-        if not to_run:
-            return waiting
-        for call, _, _, _ in to_run:
-            self.entries.append(
-                SidecarEntry(_STARTED, {"call_id": call.call_id, "name": call.name})
-            )
-            self.announced.add(call.call_id)
-        await self.save()
-        await self.barrier()  # a body runs only after its call record is durable
-        try:
-            async with trio.open_nursery() as nursery:
-                for call, tool, kwargs, how in to_run:
-                    nursery.start_soon(self.run_tool, call, tool, kwargs, how)
-        except BaseExceptionGroup as group:
-            raise first_cause(group) from None
-        self.announced.clear()
-        self.dispatched.clear()
-        return waiting
-
-    async def approval(self, call: ToolCall, tool: FunctionTool) -> str:
-        """Settle the approval of a call whose tool needs one: ``"run"``, ``"wait"`` (its
-        request is recorded) or ``"done"`` (denied or rejected: its result recorded)."""
-        step, result = await approval_step(self.entries, self.run_id, self.ctx, call, tool)
-        if result is None:
-            return step
-        await self.record(result, step)
-        return "done"
-
-    async def run_tool(
-        self, call: ToolCall, tool: FunctionTool, kwargs: dict[str, Any], how: str
-    ) -> None:
-        """Run one tool body on its validated arguments; a failing tool becomes an error
-        result."""
-        await self.emit(ToolStarted(call))
-        await self.hooks.on_tool_start(self.ctx, call)
-        self.dispatched.add(call.call_id)  # from here on its body may have run
-        try:
-            ctx = attrs.evolve(self.ctx, call_id=call.call_id, sink=CallSink(self, call.call_id))
-            output = await tool.call(ctx, kwargs)
-            if isinstance(output, str):
-                result = ToolResult(call.call_id, output)
-            else:
-                result = ToolResult(call.call_id, output[0], parts=output[1])
-        except trio.TooSlowError:
-            text = f"TimeoutError: the tool {tool.name!r} did not finish within {tool.timeout}s"
-            result = ToolResult(call.call_id, text, is_error=True)
-        except ToolArgumentsError as exc:
-            result = ToolResult(call.call_id, str(exc), is_error=True)
-        except Exception as exc:  # a failing tool is a result, not a crashed run
-            result = ToolResult(call.call_id, f"{type(exc).__name__}: {exc}", is_error=True)
-        await self.record(result, how)
 
     # -- turns -------------------------------------------------------------------------
 
@@ -375,7 +238,7 @@ class Run:
         await self.hooks.on_model_turn(self.ctx, tuple(new))
         if not calls:
             return response
-        return await self.settle(calls, resuming=False)
+        return await settle(self, calls, resuming=False)
 
     async def ask(self, model: Model, request: ModelRequest) -> ModelResponse:
         """The model's answer; streamed (deltas emitted as they come) when the run
@@ -525,7 +388,7 @@ async def drive(run: Run, snapshot: RunSnapshot | None, new_entries: list[Entry]
         waiting: list[ToolCall] = []
         result: RunResult | None = None
         if resuming:
-            waiting = await run.settle(pending_tool_calls(run.entries), resuming=True)
+            waiting = await settle(run, pending_tool_calls(run.entries), resuming=True)
             if not waiting:  # a saved final answer is never asked for again
                 result = await run.finish_stored()
         while result is None and not waiting:
@@ -561,7 +424,7 @@ async def save_stopped(run: Run, exc: BaseException) -> None:
     the error). Shielded; never masks the original error."""
     stopped = isinstance(exc, StopRequested)  # recorded with its reason
     status = "interrupted" if stopped or is_interruption(exc) else "failed"
-    run.abort_undispatched()
+    abort_undispatched(run)
     with trio.CancelScope(shield=True):
         try:
             await run.save(status, error=exc if status == "failed" or stopped else None)

@@ -11,7 +11,7 @@ from runtime import JSON
 
 from ._approvals import awaiting_approval
 from ._checkpoints import Checkpointer, RunSnapshot, RunStatus
-from ._loop import TOOL_OUTCOME_UNKNOWN
+from ._tool_calls import TOOL_OUTCOME_UNKNOWN
 from ._transcript import Entry, SidecarEntry, ToolCall, ToolResult, pending_tool_calls
 
 __all__ = ["RunOverview", "list_runs", "overview"]
