@@ -56,7 +56,6 @@ __all__ = [
 MAX_NESTING = 200
 
 
-
 def _load_codec() -> None:
     """Import msgspec and put its encoder and decoder in place of the loaders below (from
     then on every call goes straight to them). Two threads may both get here first: each
