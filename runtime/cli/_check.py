@@ -1,7 +1,8 @@
-"""``tidelog check``, ``backup`` and ``stats``: what an operator asks of a store,
-read-only (``backup`` writes only its new copy). Every backend: a SQLite file, a JSONL
-store directory, a PostgreSQL schema (``postgresql://...?schema=S``); where a check or a
-figure exists for one backend only, the others say so (docs/cli.md).
+"""``tidelog check``: what is wrong with a store, read-only (``backup`` and ``stats``, the
+other questions an operator asks of a store, are in ``_backup`` and ``_stats``). Every
+backend: a SQLite file, a JSONL store directory, a PostgreSQL schema
+(``postgresql://...?schema=S``); where a check exists for one backend only, the others
+say so (docs/cli.md).
 
 ``check`` finds what is wrong and says what to do; its exit status is 1 when it found
 something (errors or warnings; notes are information only).
@@ -10,48 +11,38 @@ something (errors or warnings; notes are information only).
 from __future__ import annotations
 
 import argparse
-import contextlib
-import heapq
-import io
 import math
-import os
-import shutil
 import sys
-import tempfile
 import time
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from typing import Literal, TextIO
 
 import attrs
 import trio
 
 from runtime import (
-    INTERNAL_PREFIX,
     JSON,
-    PublishedStatistics,
     Runtime,
     SessionInfo,
     SqliteStore,
     Store,
     StoreCorruptError,
     open_runtime,
-    published_statistics,
 )
 from runtime.agents import checkpoint_sessions
-from stores import JsonlStore, LeaseInfo, StoreKind, holder_is_dead
+from stores import JsonlStore, StoreKind, holder_is_dead
 
-from ._errors import EXIT_FOUND, CliError, Interrupted, leaf
+from ._errors import EXIT_FOUND, leaf
 from ._opening import (
     StopFlag,
     kind_of,
     open_reader,
-    open_writer,
     shown,
     stoppable,
 )
-from ._output import Column, Listing, dumps, key_values, printable, progress, show_time, table
+from ._output import Column, Listing, printable, progress, show_time
 
-__all__ = ["Finding", "cmd_backup", "cmd_check", "cmd_stats", "format_version", "run_check"]
+__all__ = ["Finding", "all_sessions", "cmd_check", "format_version", "run_check"]
 
 Level = Literal["error", "warning", "note"]
 
@@ -90,7 +81,9 @@ def format_version(kind: StoreKind) -> int:
     return PG_FORMAT
 
 
-async def _all_sessions(rt: Runtime) -> AsyncIterator[list[SessionInfo]]:
+async def all_sessions(rt: Runtime) -> AsyncIterator[list[SessionInfo]]:
+    """Every session of ``rt``'s store, internal ones included, a page of 1,000 at a time
+    in id order."""
     cursor: str | None = None
     while True:
         page = await rt.list_sessions(limit=1000, after=cursor, include_internal=True)
@@ -203,7 +196,7 @@ async def _check_sessions(
     parents: dict[str, str] = {}  # every fork -> its parent (the lineage the store records)
     async with open_runtime(store) as rt:
         with progress("lineage", None, unit="sessions") as advance:
-            async for page in _all_sessions(rt):
+            async for page in all_sessions(rt):
                 for info in page:
                     counted[0] += 1
                     if info.parent is not None:
@@ -347,343 +340,3 @@ def _report(
         name = "tidelog format" if kind == "sqlite" else f"tidelog {kind} format"
         out.write(f"{shown(args.db)}: {name} {version}, {sessions} sessions: {verdict}\n")
     listing.finish()
-
-
-# -- backup -------------------------------------------------------------------------------
-
-
-def _dest_kind(args: argparse.Namespace, source: StoreKind) -> StoreKind:
-    """What DEST becomes: a URL names PostgreSQL; a path becomes ``--dest-kind``, by
-    default the source's kind (a SQLite file for a PostgreSQL source)."""
-    if kind_of(args.dest) == "postgres":
-        if args.dest_kind is not None:
-            raise CliError(
-                "tidelog: backup: --dest-kind is for a DEST path, not a postgresql:// URL"
-            )
-        return "postgres"
-    from ._dump import check_new_path
-
-    check_new_path("backup", args.dest)
-    if args.dest_kind is not None:
-        return args.dest_kind  # type: ignore[no-any-return]
-    return "sqlite" if source == "postgres" else source
-
-
-def cmd_backup(args: argparse.Namespace) -> int:
-    """``tidelog backup``: the copy, then ``check`` of the copy."""
-    source = kind_of(args.db)
-    dest = _dest_kind(args, source)
-    with stoppable() as stop:
-        if source == "sqlite" and dest == "sqlite":
-            _online_backup(args, stop)
-        else:
-            _copy_through_dump(args, dest, stop)
-        copy = open_reader(args.dest)
-        try:
-            findings, sessions = trio.run(lambda: run_check(copy, dest, quick=False))
-        finally:
-            copy.close()
-    bad = [f for f in findings if f.level != "note"]
-    if args.format == "text":
-        verdict = "checked: ok" if not bad else f"check found {len(bad)} problems"
-        print(f"backed up {shown(args.db)} to {shown(args.dest)} ({sessions} sessions); {verdict}")
-        for f in bad:
-            print(f"  {f.level}: {f.check}: {f.session or '-'}: {f.message}")
-    else:
-        record = {
-            "source": shown(args.db),
-            "dest": shown(args.dest),
-            "sessions": sessions,
-            "ok": not bad,
-            "findings": [attrs.asdict(f) for f in findings],
-        }
-        print(dumps(record))
-    return EXIT_FOUND if bad else 0
-
-
-def _online_backup(args: argparse.Namespace, stop: StopFlag) -> None:
-    """SQLite to a new SQLite file: SQLite's online backup, one consistent snapshot."""
-    store = open_reader(args.db)
-    try:
-        assert isinstance(store, SqliteStore)
-        total = store.storage().page_count
-        with progress("backup", total, unit="pages") as advance:
-            done = [0]
-
-            def step(copied: int, pages: int) -> None:  # noqa: ARG001 (backup callback)
-                advance(copied - done[0])
-                done[0] = copied
-                stop.check("no backup was written")
-
-            store.backup(args.dest, progress=step)
-    finally:
-        store.close()
-
-
-def _copy_through_dump(args: argparse.Namespace, dest: StoreKind, stop: StopFlag) -> None:
-    """Any other pair: export the source into a temporary dump, import it into DEST
-    (each session copied from one snapshot of it; forks keep sharing their parent's
-    prefix). A stopped or failed copy removes a new file or directory; a PostgreSQL
-    DEST must hold no store yet, and keeps the sessions copied whole before a stop."""
-    from ._load import import_dump, read_dump
-
-    if dest == "jsonl":
-        os.mkdir(args.dest)
-    made = dest != "postgres"
-    try:
-        with (
-            tempfile.TemporaryFile("w+b") as raw,
-            io.TextIOWrapper(raw, encoding="ascii", newline="\n") as dump,
-        ):
-            reader = open_reader(args.db)
-            try:
-                trio.run(_export_into, reader, dump, stop)
-            finally:
-                reader.close()
-            dump.flush()
-            size = raw.seek(0, os.SEEK_END)
-            raw.seek(0)  # the import reads the bytes
-            target = open_writer(args.dest, create=True)
-            try:
-                if target.list_sessions(limit=1):
-                    made = False
-                    raise CliError(
-                        f"tidelog: backup: {shown(args.dest)} already holds sessions "
-                        "(give a new schema)"
-                    )
-                with progress("restore", size, unit="bytes") as advance:  # of the dump
-                    import_dump(target, read_dump(raw, advance), stop, lambda _: None)
-                target.sync()
-            finally:
-                target.close()
-    except BaseException as exc:
-        if made:
-            _remove(args.dest, dest)
-        if isinstance(leaf(exc), Interrupted):
-            if made:
-                raise Interrupted(f"no backup was written ({shown(args.dest)} removed)") from None
-            raise Interrupted(
-                f"the sessions copied so far are whole in {shown(args.dest)}; back up into "
-                "a new schema, or import the rest"
-            ) from None
-        raise
-
-
-async def _export_into(store: Store, out: TextIO, stop: StopFlag) -> None:
-    from ._dump import export_runtime
-
-    async with open_runtime(store) as rt:
-        await export_runtime(rt, [], out, stop)
-
-
-def _remove(path: str, kind: StoreKind) -> None:
-    with contextlib.suppress(FileNotFoundError):
-        if kind == "jsonl":
-            shutil.rmtree(path)
-        else:
-            for suffix in ("", "-wal", "-shm", "-journal"):
-                with contextlib.suppress(FileNotFoundError):
-                    os.remove(path + suffix)
-
-
-# -- stats --------------------------------------------------------------------------------
-
-
-def cmd_stats(args: argparse.Namespace) -> int:
-    """``tidelog stats``."""
-    kind = kind_of(args.db)
-    store = open_reader(args.db)
-    try:
-        now = time.time()
-        leases = [
-            lease
-            for lease in store.list_leases()
-            if lease.expires > now and not holder_is_dead(lease.holder)
-        ]
-        conversations, internal, events, by_head = trio.run(_count, store, args.top)
-        runtimes = published_statistics(store, now=now)
-        record: dict[str, JSON] = {
-            "path": shown(args.db),
-            "backend": kind,
-            "schema_version": format_version(kind),
-            "sessions": conversations + internal,
-            "conversations": conversations,
-            "internal_sessions": internal,
-            "events": events,
-            "stored_events": None,
-            "file_bytes": None,
-            "wal_bytes": None,
-            "page_size": None,
-            "free_pages": None,
-            "largest": [
-                {"session_id": sid, "events": head, "bytes": None} for head, sid in by_head
-            ],
-            "live_writers": [{"session": i.session_id, "holder": i.holder} for i in leases],
-            "runtimes": [_runtime_obj(r) for r in runtimes],
-        }
-        if isinstance(store, SqliteStore):
-            storage = store.storage()
-            record.update(
-                schema_version=storage.schema_version,
-                stored_events=storage.stored_events,
-                file_bytes=storage.file_bytes,
-                wal_bytes=storage.wal_bytes,
-                page_size=storage.page_size,
-                free_pages=storage.free_pages,
-                largest=[attrs.asdict(s) for s in store.largest_sessions(args.top)],
-            )
-        elif kind == "jsonl":
-            record["file_bytes"] = sum(_file_sizes(args.db))
-    finally:
-        store.close()
-    out = sys.stdout
-    if args.format != "text":
-        out.write(dumps(record) + "\n")
-        return 0
-    _print_stats(out, record, conversations, internal, events, leases)
-    _print_runtimes(out, runtimes, now)
-    return 0
-
-
-def _runtime_obj(item: PublishedStatistics) -> dict[str, JSON]:
-    """The JSON form of a runtime's published statistics (see docs/cli.md)."""
-    return {
-        "session_id": item.session_id,
-        "holder": item.holder,
-        "live": item.live,
-        "started_at": item.started_at,
-        "published_at": item.published_at,
-        "interval": item.interval if math.isfinite(item.interval) else None,
-        "statistics": item.statistics,
-    }
-
-
-def _print_runtimes(out: TextIO, runtimes: list[PublishedStatistics], now: float) -> None:
-    live = [r for r in runtimes if r.live]
-    out.write("\n")
-    if not live:
-        out.write(
-            "live runtimes: none publishes statistics here (a runtime does with "
-            "open_runtime(..., publish_statistics=SECONDS))\n"
-        )
-        if runtimes:
-            out.write(f"  ({len(runtimes)} stale records of runtimes that are gone)\n")
-        return
-    rows = []
-    for item in live:
-        writer = item.statistics.get("writer")
-        counters = writer if isinstance(writer, dict) else {}
-        age = "-" if item.published_at is None else f"{max(0.0, now - item.published_at):.1f}s ago"
-        rows.append(
-            [
-                item.holder,
-                age,
-                str(item.statistics.get("sessions", "-")),
-                f"{counters.get('batches_committed', '-')}",
-                f"{counters.get('events_committed', '-')}",
-                f"{counters.get('mailbox_depth', '-')}",
-                f"{counters.get('fsyncs', '-')}",
-            ]
-        )
-    table(
-        out,
-        (
-            Column("LIVE RUNTIME", "id"),
-            Column("PUBLISHED", "fixed", drop=1),
-            *(Column(name, "fixed", right=True, drop=2) for name in ("ACTORS", "BATCHES")),
-            *(Column(name, "fixed", right=True, drop=3) for name in ("EVENTS", "QUEUED")),
-            Column("FSYNCS", "fixed", right=True, drop=2),
-        ),
-        rows,
-    )
-
-
-def _file_sizes(root: str) -> Iterator[int]:
-    """The size of every file under ``root`` (a JSONL store: its session files and the
-    rest), each file once however many hard links (forks' bases) name it."""
-    seen: set[tuple[int, int]] = set()
-    for directory, _, names in os.walk(root):
-        for name in names:
-            with contextlib.suppress(FileNotFoundError):
-                info = os.lstat(os.path.join(directory, name))
-                if (info.st_dev, info.st_ino) not in seen:
-                    seen.add((info.st_dev, info.st_ino))
-                    yield info.st_size
-
-
-def _print_stats(
-    out: TextIO,
-    record: dict[str, JSON],
-    conversations: int,
-    internal: int,
-    events: int,
-    leases: list[LeaseInfo],
-) -> None:
-    stored = record["stored_events"]
-    shared = f" ({stored:,} stored: forks share prefixes)" if isinstance(stored, int) else ""
-    rows = [
-        ("store", f"{record['path']} ({record['backend']})"),
-        (
-            "sessions",
-            f"{conversations + internal:,} ({internal:,} internal: run checkpoints, archives, "
-            "runtime statistics)",
-        ),
-        ("events", f"{events:,}{shared}"),
-    ]
-    size, pages = record["file_bytes"], record["free_pages"]
-    if isinstance(size, int) and isinstance(pages, int):
-        rows.append(
-            ("file", f"{size:,} bytes ({pages:,} free pages of {record['page_size']:,} bytes)")
-        )
-    elif isinstance(size, int):
-        rows.append(("files", f"{size:,} bytes"))
-    wal = record["wal_bytes"]
-    if isinstance(wal, int):
-        rows.append(("WAL", f"{wal:,} bytes"))
-    rows.append(
-        ("live writers", ", ".join(f"{i.session_id} ({i.holder})" for i in leases) or "none")
-    )
-    key_values(out, rows)
-    largest = record["largest"]
-    assert isinstance(largest, list)
-    if largest:
-        cells = []
-        for item in largest:
-            assert isinstance(item, dict)
-            size_of = item["bytes"]
-            cells.append(
-                [
-                    printable(str(item["session_id"])),
-                    f"{item['events']:,}",
-                    "-" if size_of is None else f"{size_of:,}",
-                ]
-            )
-        out.write("\n")
-        columns = (
-            Column("LARGEST SESSIONS", "id"),
-            Column("EVENTS", "fixed", right=True),
-            Column("BYTES", "fixed", right=True, drop=1),
-        )
-        table(out, columns, cells)
-
-
-async def _count(store: Store, top: int) -> tuple[int, int, int, list[tuple[int, str]]]:
-    """Conversations, internal sessions, events (the sum of the heads) and the ``top``
-    longest sessions as ``(head, id)``, longest first."""
-    conversations = internal = events = 0
-    longest: list[tuple[int, str]] = []
-    async with open_runtime(store) as rt:
-        async for page in _all_sessions(rt):
-            for info in page:
-                if info.id.startswith(INTERNAL_PREFIX):
-                    internal += 1
-                else:
-                    conversations += 1
-                events += info.head
-                if top:
-                    item = (info.head, info.id)
-                    if len(longest) < top:
-                        heapq.heappush(longest, item)
-                    else:
-                        heapq.heappushpop(longest, item)
-    return conversations, internal, events, sorted(longest, key=lambda x: (-x[0], x[1]))
