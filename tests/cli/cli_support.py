@@ -51,9 +51,10 @@ MEASURED = (
 #: own exit status, streams and working directory; it only skips re-importing what
 #: ``python -m runtime.cli`` imports (a third of a second each, hundreds of times per
 #: run). A fresh interpreter's imports are tested where they matter: ``test_cold_start``,
-#: the README's and the demo's commands.
+#: the README's and the demo's commands. msgspec too: the stores import it at their first
+#: encode or decode, which nearly every command makes.
 _SERVER = multiprocessing.get_context("forkserver")
-_SERVER.set_forkserver_preload(["runtime", "runtime.cli", "runtime.agents", "stores"])
+_SERVER.set_forkserver_preload(["runtime", "runtime.cli", "runtime.agents", "stores", "msgspec"])
 
 
 def _command_process(
