@@ -25,7 +25,7 @@ so that a takeover commits either before the write (which then fails with
 **Projection checkpoints** are rows keyed by ``(sid, name)`` holding the pin they were
 folded at; a load checks, in the same statement, that no cut since then reaches below it.
 
-Like :mod:`stores.postgres._ops`: functions of one connection, arguments already checked.
+Like :mod:`stores.postgres._general`: functions of one connection, arguments already checked.
 """
 
 from __future__ import annotations

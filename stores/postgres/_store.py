@@ -6,7 +6,9 @@ would need asyncio). The connection is in autocommit mode: every write is one ex
 transaction -- or, for a batch of appends, one statement, which PostgreSQL runs as one
 transaction (:mod:`stores.postgres._ops`) --, reads are single statements (a pinned read
 checks its pin in the same statement, so in the same snapshot), and nothing is left open
-between calls. A connection the server dropped is opened again at the next call.
+between calls. A connection the server dropped is opened again at the next call. The
+reads and the leases are mixins of their own (:mod:`stores.postgres._read`,
+:mod:`stores.postgres._leases`).
 
 **Commit point and durability.** The commit point of every write is its transaction's
 commit: from then on every connection sees it, whole. With ``synchronous="normal"`` (the
@@ -35,43 +37,20 @@ import attrs
 import psycopg
 
 from .._batching import BatchingStore, check_ops, run_batch
-from .._checks import (
-    check_create_args,
-    check_fork_args,
-    check_lease_args,
-    check_list_args,
-    check_pin_arg,
-    check_projection_args,
-    check_read_args,
-    check_session_ids,
-    check_text,
-    prefix_end,
-)
+from .._checks import check_create_args, check_fork_args, check_pin_arg, check_projection_args
 from .._contract import (
     AppendOp,
     BatchResult,
     Capabilities,
-    ListOrder,
     Pin,
     Store,
     Synchronous,
     WriteOp,
 )
 from .._errors import ClosedError, InvalidArgumentError, ReadOnlyError, StoreIOError
-from .._records import (
-    INFO_COLUMNS,
-    JSON,
-    MAX_SEQ,
-    LeaseInfo,
-    SessionInfo,
-    StoredEvent,
-    check_flag,
-    check_seq,
-    events_from_rows,
-    session_info,
-    validate_session_id,
-)
+from .._records import JSON, SessionInfo, check_flag, check_seq, validate_session_id
 from . import _auxiliary as aux
+from . import _general as general
 from . import _known as known_path
 from . import _ops as pgops
 from ._connection import (
@@ -82,12 +61,12 @@ from ._connection import (
     describe_dsn,
     map_errors,
     one,
-    row_of,
-    rows_of,
     split_url,
 )
-from ._lineage import check_cut, find_run, fork_session, read_window
+from ._leases import PgLeases
+from ._lineage import fork_session
 from ._listen import PgListener
+from ._read import PgReads
 from ._schema import RETRY_SQLSTATE, open_store_schema
 
 __all__ = ["PostgresStore"]
@@ -106,7 +85,7 @@ _BARRIER = "pg_logical_emit_message(true, 'tidelog', 'flush')"
 _MAX_SIDS = 100_000
 
 
-class PostgresStore(BatchingStore):
+class PostgresStore(PgReads, PgLeases, BatchingStore):
     """A :class:`~stores._contract.Store` in a schema of a PostgreSQL database.
 
     Args:
@@ -254,24 +233,24 @@ class PostgresStore(BatchingStore):
                 return query(conn, *args)
 
     @contextmanager
-    def _write(self, what: str, session_ids: Sequence[str]) -> Iterator[pgops.Tx]:
+    def _write(self, what: str, session_ids: Sequence[str]) -> Iterator[general.Tx]:
         """One write transaction: the lease and session rows of ``session_ids`` locked
         first (in id order), the server's time read, the NOTIFY issued before commit."""
         with self._connection(what, write=True) as conn, conn.transaction():
-            tx = pgops.Tx(conn, pgops.prelock(conn, session_ids))
+            tx = general.Tx(conn, general.prelock(conn, session_ids))
             yield tx
-            pgops.notify(conn, self.channel, tx.heads)
+            general.notify(conn, self.channel, tx.heads)
         self._unsynced = self.synchronous == "normal"
 
     @contextmanager
-    def _batch(self, conn: Conn, ops: Sequence[WriteOp], sync: bool) -> Iterator[pgops.Tx]:
+    def _batch(self, conn: Conn, ops: Sequence[WriteOp], sync: bool) -> Iterator[general.Tx]:
         """The transaction of a general batch (see :func:`run_batch`)."""
         with conn.transaction():
             if sync:  # flushed even if every op fails
                 conn.execute(f"SELECT {_BARRIER}, set_config('synchronous_commit', 'on', true)")
-            tx = pgops.Tx(conn, pgops.prelock(conn, pgops.batch_ids(ops)))
+            tx = general.Tx(conn, general.prelock(conn, general.batch_ids(ops)))
             yield tx
-            pgops.notify(conn, self.channel, tx.heads)
+            general.notify(conn, self.channel, tx.heads)
 
     # -- writes ------------------------------------------------------------------------
 
@@ -281,7 +260,7 @@ class PostgresStore(BatchingStore):
         """See :meth:`Store.create`."""
         header_json = check_create_args(session_id, header, exist_ok)
         with self._write("create", [session_id]) as tx:
-            info, created = pgops.create_session(
+            info, created = general.create_session(
                 tx.conn, session_id, header_json, tx.now, exist_ok=exist_ok
             )
             if created:
@@ -297,7 +276,7 @@ class PostgresStore(BatchingStore):
             writes = any(not isinstance(op, AppendOp) or op.events for op in ops)
             if not writes and not (barrier and self._unsynced):
                 # Nothing to write and nothing to make durable: checks only.
-                return pgops.check_ops_only(conn, ops) if ops else []
+                return general.check_ops_only(conn, ops) if ops else []
             if not ops:  # a flush barrier only
                 one(conn, f"SELECT {_BARRIER}, set_config('synchronous_commit', 'on', true)")
                 results: list[BatchResult] | None = []
@@ -306,12 +285,12 @@ class PostgresStore(BatchingStore):
             else:
                 results = None
             if results is None:
-                self._forget_sids(pgops.deleted_ids(ops))
+                self._forget_sids(general.deleted_ids(ops))
                 results = run_batch(
                     ops,
                     self._batch(conn, ops, barrier),
-                    pgops.apply_isolated,
-                    permanent=pgops.permanent_error,
+                    general.apply_isolated,
+                    permanent=general.permanent_error,
                 )
             self._unsynced = not barrier and self.synchronous == "normal"
             return results
@@ -397,7 +376,7 @@ class PostgresStore(BatchingStore):
         validate_session_id(session_id)
         with self._write("delete", [session_id]) as tx:
             self._forget_sids([session_id])
-            return pgops.delete_session(tx.conn, session_id, tx.heads)
+            return general.delete_session(tx.conn, session_id, tx.heads)
 
     def fork(
         self,
@@ -420,85 +399,7 @@ class PostgresStore(BatchingStore):
         validate_session_id(session_id)
         check_seq(to_seq, "to_seq")
         with self._write("truncate", [session_id]) as tx:
-            return pgops.truncate_session(tx.conn, session_id, to_seq, tx.now, tx.heads)
-
-    # -- reads -------------------------------------------------------------------------
-
-    def read(
-        self,
-        session_id: str,
-        *,
-        since_seq: int = 0,
-        until_seq: int | None = None,
-        limit: int | None = None,
-        pin: Pin | None = None,
-        from_end: bool = False,
-    ) -> list[StoredEvent]:
-        """See :meth:`Store.read`: one statement (pin check included)."""
-        validate_session_id(session_id)
-        bound = check_read_args(since_seq, until_seq, limit, pin, from_end)
-        until = MAX_SEQ if bound is None else bound
-        rows = self._read("read", read_window, session_id, since_seq, until, limit, from_end, pin)
-        return events_from_rows(session_id, rows)
-
-    def head(self, session_id: str) -> int:
-        """See :meth:`Store.head`."""
-        validate_session_id(session_id)
-        row = self._read("head", row_of, "SELECT head FROM sessions WHERE id = %s", session_id)
-        return 0 if row is None else int(row[0])
-
-    def stat(self, session_id: str) -> SessionInfo | None:
-        """See :meth:`Store.stat`."""
-        validate_session_id(session_id)
-        sql = f"SELECT {INFO_COLUMNS} FROM sessions WHERE id = %s"
-        row = self._read("stat", row_of, sql, session_id)
-        return None if row is None else session_info(row)
-
-    def pin(self, session_id: str) -> Pin | None:
-        """See :meth:`Store.pin`."""
-        validate_session_id(session_id)
-        sql = "SELECT sid, head, epoch FROM sessions WHERE id = %s"
-        row = self._read("pin", row_of, sql, session_id)
-        return None if row is None else Pin(session_id, int(row[1]), int(row[0]), int(row[2]))
-
-    def find_run(self, session_id: str, run_id: str) -> tuple[int, int] | None:
-        """See :meth:`Store.find_run` (served by the ``events_by_run`` index)."""
-        validate_session_id(session_id)
-        check_text(run_id, "run_id")
-        return self._read("find_run", find_run, session_id, run_id)
-
-    def refresh_pin(self, pin: Pin) -> Pin:
-        """See :meth:`Store.refresh_pin`: one statement (one snapshot)."""
-        check_pin_arg(pin)
-        row = self._read(
-            "refresh_pin",
-            row_of,
-            "SELECT s.sid, s.head, s.epoch, (SELECT min(to_seq) FROM cuts AS c"
-            " WHERE c.sid = s.sid AND c.epoch > %s) FROM sessions AS s WHERE s.id = %s",
-            pin.epoch,
-            pin.session_id,
-        )
-        sid, head, epoch, cut = (None, 0, 0, None) if row is None else row
-        check_cut(pin.session_id, pin, sid, cut)
-        return Pin(pin.session_id, int(head), pin.incarnation, int(epoch))
-
-    def list_sessions(
-        self,
-        *,
-        limit: int | None = None,
-        prefix: str | None = None,
-        after: str | None = None,
-        order: ListOrder = "id",
-    ) -> list[SessionInfo]:
-        """See :meth:`Store.list_sessions`: ids are ``COLLATE "C"`` (byte order of UTF-8,
-        which is code point order), so ``order="id"`` and a prefix are ranges of the ids'
-        unique index."""
-        check_list_args(limit, prefix, after, order)
-        where, args = _id_range("id", prefix, after)
-        sql = f"SELECT {INFO_COLUMNS} FROM sessions{where}"
-        sql += " ORDER BY id" if order == "id" else " ORDER BY updated_at DESC, id"
-        rows = self._read("list_sessions", rows_of, sql + " LIMIT %s", *args, limit)
-        return [session_info(row) for row in rows]
+            return general.truncate_session(tx.conn, session_id, to_seq, tx.now, tx.heads)
 
     # -- projection checkpoints --------------------------------------------------------
 
@@ -516,51 +417,7 @@ class PostgresStore(BatchingStore):
         check_projection_args(name, version)
         return self._read("load_projection", aux.load_projection, session_id, name, version)
 
-    # -- leases ------------------------------------------------------------------------
-
-    def acquire_lease(self, session_id: str, owner: str, *, ttl: float, holder: str) -> None:
-        """See :meth:`Store.acquire_lease` and :mod:`stores.postgres._auxiliary` (a dead holder
-        is found through its advisory lock, on any host)."""
-        validate_session_id(session_id)
-        check_lease_args(owner, ttl=ttl, holder=holder)
-        with self._connection("acquire_lease", write=True) as conn:
-            aux.acquire_lease(
-                conn, self.schema, self._advisory, session_id, owner, holder, float(ttl)
-            )
-
-    def renew_lease(self, session_id: str, owner: str, *, ttl: float) -> None:
-        """See :meth:`Store.renew_lease`."""
-        validate_session_id(session_id)
-        check_lease_args(owner, ttl=ttl)
-        with self._connection("renew_lease", write=True) as conn:
-            aux.renew_lease(conn, self.schema, self._advisory, session_id, owner, float(ttl))
-
-    def renew_leases(self, owner: str, session_ids: Sequence[str], *, ttl: float) -> list[str]:
-        """See :meth:`Store.renew_leases`."""
-        ids = check_session_ids(session_ids)
-        check_lease_args(owner, ttl=ttl)
-        with self._connection("renew_leases", write=True) as conn:
-            if not ids:
-                return []
-            return aux.renew_leases(conn, self.schema, self._advisory, owner, ids, float(ttl))
-
-    def release_lease(self, session_id: str, owner: str) -> None:
-        """See :meth:`Store.release_lease`."""
-        validate_session_id(session_id)
-        check_lease_args(owner)
-        with self._connection("release_lease", write=True) as conn:
-            aux.release_lease(conn, self.schema, self._advisory, session_id, owner)
-
     # -- change detection, handles -----------------------------------------------------
-
-    def list_leases(self, *, prefix: str | None = None) -> list[LeaseInfo]:
-        """See :meth:`Store.list_leases` (``expires`` is the server's clock, in seconds
-        since the epoch)."""
-        check_list_args(None, prefix, None, "id")
-        where, args = _id_range("id", prefix, None)
-        sql = f"SELECT id, owner, holder, expires FROM leases{where} ORDER BY id"
-        rows = self._read("list_leases", rows_of, sql, *args)
-        return [LeaseInfo(sid, owner, holder, expires) for sid, owner, holder, expires in rows]
 
     def data_version(self) -> int:
         """A hash of the server's current snapshot (``pg_current_snapshot()``): it
@@ -612,21 +469,3 @@ class PostgresStore(BatchingStore):
 
 
 _: type[Store] = PostgresStore
-
-
-def _id_range(column: str, prefix: str | None, after: str | None) -> tuple[str, list[str]]:
-    """The ``WHERE`` clause (with its leading space, or empty) selecting the ids of
-    ``column`` that start with ``prefix`` and sort after ``after``, and its arguments."""
-    where: list[str] = []
-    args: list[str] = []
-    if prefix:
-        where.append(f"{column} >= %s")
-        args.append(prefix)
-        end = prefix_end(prefix)
-        if end is not None:
-            where.append(f"{column} < %s")
-            args.append(end)
-    if after is not None:
-        where.append(f"{column} > %s")
-        args.append(after)
-    return (" WHERE " + " AND ".join(where) if where else ""), args
