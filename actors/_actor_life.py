@@ -61,6 +61,11 @@ class ActorLife:
         self.writer = writer
         #: The lifecycle, driven by the supervisor; writes are accepted while RUNNING.
         self.state: AsyncValue[ActorState] = AsyncValue(ActorState.STARTING)
+        #: True while new writes are accepted: RUNNING and not dead. The hot paths test
+        #: this one attribute and call :meth:`check_writable` for the refusal only when
+        #: it is False; every change of ``state`` or ``_fatal`` goes through
+        #: :meth:`start`, :meth:`stop_accepting`, :meth:`die` or :meth:`mark_stopped`.
+        self.accepting = False
         #: Last seq accepted (assigned) and committed, as known to this actor.
         self.accepted_head = 0
         self.committed_head = 0
@@ -107,13 +112,20 @@ class ActorLife:
         """The lease is held and the session's committed head is ``head``: accept writes."""
         self.accepted_head = self.committed_head = head
         self.state.value = ActorState.RUNNING
+        self.accepting = self._fatal is None
 
     def stop_accepting(self, reason: str) -> None:
         """Refuse new writes from now on (``reason`` says why, in the ClosedError);
         accepted ones are still committed by the drain."""
         self._closing_reason = reason
+        self.accepting = False
         if self.state.value is ActorState.RUNNING:
             self.state.value = ActorState.DRAINING
+
+    def mark_stopped(self) -> None:
+        """The supervisor is done with the actor (it never started, or it stopped)."""
+        self.accepting = False
+        self.state.value = ActorState.STOPPED
 
     def check_writable(self) -> None:
         """Raise the refusal for a new write, if any (the write contract of
@@ -204,5 +216,6 @@ class ActorLife:
         """Make the actor unusable: drop the queue (never written) and fail every waiter."""
         if self._fatal is None:
             self._fatal = error
+        self.accepting = False
         self.drop_pending(error)
         self.writer.notify_progress()

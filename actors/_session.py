@@ -48,7 +48,6 @@ from stores import (
 )
 
 from ._actor_commits import ActorCommits
-from ._actor_life import ActorState
 from ._pending import PendingWrite, WriteKind
 
 if TYPE_CHECKING:
@@ -76,9 +75,6 @@ def _joinable(tail: PendingWrite, events: Sequence[PreparedEvent]) -> bool:
         and len(tail.events) < JOIN_EVENTS
         and len(events[0].data_json) <= JOIN_CHARS
     )
-
-
-_RUNNING = ActorState.RUNNING  # (a module global: read for every awaited append)
 
 
 class SessionActor(ActorCommits):
@@ -136,7 +132,8 @@ class SessionActor(ActorCommits):
         :class:`~stores.ClosedError`, :class:`~stores.BrokenError`,
         :class:`~stores.OwnershipLostError`, :class:`~stores.SessionNotFoundError`.
         """
-        self.check_writable()
+        if not self.accepting:
+            self.check_writable()
         prev = self.accepted_head
         if expected_head is not None and expected_head != prev:
             raise ConflictError(self.session_id, expected_head, prev)
@@ -147,6 +144,11 @@ class SessionActor(ActorCommits):
             tail = pending[-1]
             tail.events += (events[0],)
             tail.last = self.accepted_head = prev + 1
+            if not urgent:
+                # No submit: the tail was submitted when it was accepted and no batch has
+                # taken it since (a taken write is in flight, and joins nothing), so the
+                # writer holds this actor among its marked ones and has been woken.
+                return prev + 1, prev + 1
         else:
             self._accept("append", tuple(events))
         self.writer.submit(self, urgent=urgent)
@@ -170,7 +172,7 @@ class SessionActor(ActorCommits):
 
         Raises: the refusals of :meth:`append_nowait`; then as :meth:`wait_write`.
         """
-        if self._fatal is not None or self.state.value is not _RUNNING:
+        if not self.accepting:
             self.check_writable()
         if expected_head is not None and expected_head != self.accepted_head:
             raise ConflictError(self.session_id, expected_head, self.accepted_head)
@@ -178,11 +180,20 @@ class SessionActor(ActorCommits):
             await trio.lowlevel.checkpoint()
             return self.accepted_head
         writer = self.writer
-        if writer.lead(self) and await writer.lead_yield(self):
+        leads = writer.lead(self)
+        if leads:
+            # writer.lead_yield(self), inline (one coroutine fewer on every awaited append)
+            try:
+                await trio.lowlevel.checkpoint()
+            except BaseException:
+                writer.lead_done()
+                raise
+            leads = writer.lead_resume(self)
+        if leads:
             # This task makes the batch: accept after the yield (checked again, things
             # may have changed meanwhile), then commit it at once.
             try:
-                if self._fatal is not None or self.state.value is not _RUNNING:
+                if not self.accepting:
                     self.check_writable()
                 if expected_head is not None and expected_head != self.accepted_head:
                     raise ConflictError(self.session_id, expected_head, self.accepted_head)

@@ -271,7 +271,7 @@ class Supervisor:
         except TidelogError as exc:
             life.start_error = exc
             self._forget(life)
-            actor.state.value = ActorState.STOPPED
+            actor.mark_stopped()
             return
         actor.start(head)
         life.last_used = trio.current_time()
@@ -337,7 +337,7 @@ class Supervisor:
         if not life.reporter and life.unwritten:
             self._orphans.extend(life.unwritten)  # no handle is left to report them
             life.unwritten = []
-        actor.state.value = ActorState.STOPPED
+        actor.mark_stopped()
         life.wake.set()
 
     def _forget(self, life: _Life) -> None:

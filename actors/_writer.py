@@ -177,6 +177,12 @@ class GroupCommitWriter:
         except BaseException:
             self.lead_done()
             raise
+        return self.lead_resume(actor)
+
+    def lead_resume(self, actor: ActorCommits) -> bool:
+        """The rest of :meth:`lead_yield` after its checkpoint, for a caller that
+        yields itself (the actor's awaited append, which saves a coroutine that way; a
+        cancel at its yield must call :meth:`lead_done`). Returns as :meth:`lead_yield`."""
         self._leading = False
         if not self.running or self._busy:
             self.lead_done()

@@ -7,7 +7,7 @@ any write: ``data`` must be *exactly* JSON, session ids must be sane text.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, NoReturn, TypeAlias
 
 import attrs
@@ -19,6 +19,7 @@ from ._errors import (
     InvalidSessionIdError,
     StoreCorruptError,
 )
+from ._fastinit import positional_constructor
 
 __all__ = [
     "INFO_COLUMNS",
@@ -128,6 +129,12 @@ class PreparedEvent:
     run_id: str | None = None
 
 
+#: ``PreparedEvent(kind, data_json, run_id)`` for the per-event path (:mod:`stores._fastinit`).
+_new_prepared: Callable[[str, str, str | None], PreparedEvent] = positional_constructor(
+    PreparedEvent
+)
+
+
 def _check_text(value: object, what: str, index: int | None, kind: object) -> str:
     if not isinstance(value, str):
         raise InvalidEventError(index, kind, f"{what} must be a str, not {type(value).__name__}")
@@ -235,7 +242,7 @@ def prepare_events(events: Iterable[NewEvent]) -> list[PreparedEvent]:
         total += size
         if size > most or total > batch_most:
             _refuse_size(index, kind, size, total)
-        prepared.append(PreparedEvent(kind, text, run_id))
+        prepared.append(_new_prepared(kind, text, run_id))
     return prepared
 
 

@@ -208,12 +208,17 @@ class Plain(Codec):
         out: list[bytes] = []
         offsets: list[int] = []
         pos = 0
+        kind: str | None = None  # the last event's kind, and its JSON (kinds repeat)
+        kind_json = ""
         for i, ev in enumerate(events):
+            if ev.kind is not kind:
+                kind = ev.kind
+                kind_json = json_str(kind)
             run = "" if ev.run_id is None else f',"run_id":{json_str(ev.run_id)}'
             when = stamp if stamps is None else repr(float(stamps[i]))
             mark = f',"end":{last + 1}{durable}{self._text}' if i == last else self._text
             line = (
-                f'{{"seq":{first_seq + i},"ts":{when},"kind":{json_str(ev.kind)}{run},'
+                f'{{"seq":{first_seq + i},"ts":{when},"kind":{kind_json}{run},'
                 f'"data":{ev.data_json}{mark}'
             ).encode()
             line += b',"crc":%d}\n' % crc32(line)
