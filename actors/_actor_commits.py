@@ -115,7 +115,7 @@ class ActorCommits(ActorLife):
         Returns True if the session's committed data changed."""
         count = self._in_flight
         self._in_flight = 0
-        if isinstance(result, TidelogError):
+        if type(result) is not int and isinstance(result, TidelogError):  # (ints first)
             if isinstance(result, StoreError):
                 # transient: retried with backoff
                 self.commit_failed(result, trio.current_time())

@@ -200,7 +200,10 @@ class SessionActor(ActorCommits):
             except BaseException:
                 writer.lead_done()
                 raise
-            write = self._accept_append(events)
+            prev = self.accepted_head  # _accept_append(events), inline
+            write = PendingWrite("append", prev, prev + 1, prev + len(events), tuple(events))
+            self.accepted_head = write.last
+            self._pending.append(write)
             write.watchers += 1
             try:
                 await writer.commit_batch(True)  # lead=True

@@ -134,14 +134,17 @@ class GroupCommitWriter:
     def lead(self, actor: ActorCommits) -> bool:
         """Does the calling task make the next batch itself? True if the store is
         non-blocking and the writer is running and idle (nothing queued, no batch being
-        made, no caller leading, no flush asked for, its task not woken): then ``actor``
+        made, no caller leading, no flush asked for, no crash to raise): then ``actor``
         is marked as having a write the caller waits for (urgent), and the caller must
-        call :meth:`lead_yield` next. False: nothing changed."""
+        call :meth:`lead_yield` next. False: nothing changed.
+
+        (Whatever wakes the writer task leaves one of those behind, so its wake event
+        need not be read here; and a task woken for nothing makes an empty pass.)"""
         if (
             self._inline
             and self.running
             and not (self._dirty or self._leading or self._busy or self._sync_requested)
-            and not self._wake.is_set()
+            and self._crash is None
         ):
             self._dirty[actor] = None
             self._leading = True

@@ -192,7 +192,11 @@ async def _running(
         if wal is not None:
             wal.poke()
 
-    writer = GroupCommitWriter(write_lane, batch_window=options.batch_window, on_commit=on_commit)
+    writer = GroupCommitWriter(
+        write_lane,
+        batch_window=options.batch_window,
+        on_commit=on_commit if wal is not None else hub.notify,  # (one call fewer per batch)
+    )
     unwritten: list[UnwrittenError] = []
     failure: BaseException | None = None
     try:

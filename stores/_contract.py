@@ -15,6 +15,7 @@ from typing import Literal, Protocol, TypeAlias, runtime_checkable
 import attrs
 
 from ._errors import TidelogError
+from ._fastinit import slot_setters
 from ._records import (
     JSON,
     LeaseInfo,
@@ -95,7 +96,7 @@ class WalUpkeep(Protocol):
         ...
 
 
-@attrs.frozen
+@attrs.frozen(init=False)
 class AppendOp:
     """One append inside a batch given to :meth:`Store.write_batch`.
 
@@ -119,6 +120,33 @@ class AppendOp:
     owner: str | None = None
     header_json: str = "{}"
     retry: bool = False
+
+    def __init__(
+        self,
+        session_id: str,
+        events: tuple[PreparedEvent, ...],
+        expected_head: int | None = None,
+        owner: str | None = None,
+        header_json: str = "{}",
+        retry: bool = False,
+    ) -> None:
+        # attrs' own frozen __init__, for less (:mod:`stores._fastinit`): one per batch op
+        _set_session_id(self, session_id)
+        _set_events(self, events)
+        _set_expected_head(self, expected_head)
+        _set_owner(self, owner)
+        _set_header_json(self, header_json)
+        _set_retry(self, retry)
+
+
+(
+    _set_session_id,
+    _set_events,
+    _set_expected_head,
+    _set_owner,
+    _set_header_json,
+    _set_retry,
+) = slot_setters(AppendOp)
 
 
 @attrs.frozen

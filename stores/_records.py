@@ -7,7 +7,7 @@ any write: ``data`` must be *exactly* JSON, session ids must be sane text.
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, NoReturn, TypeAlias
 
 import attrs
@@ -19,7 +19,7 @@ from ._errors import (
     InvalidSessionIdError,
     StoreCorruptError,
 )
-from ._fastinit import positional_constructor
+from ._fastinit import slot_setters
 
 __all__ = [
     "INFO_COLUMNS",
@@ -68,13 +68,24 @@ MAX_BATCH_BYTES = 64 * 1024 * 1024
 _CONTROL = re.compile("[\x00-\x1f\x7f-\x9f]")
 
 
-@attrs.frozen
+@attrs.frozen(init=False)
 class NewEvent:
     """An event to append: a ``kind`` tag, JSON ``data`` and an optional ``run_id``."""
 
     kind: str
     data: JSON = None
     run_id: str | None = attrs.field(default=None, kw_only=True)
+
+    def __init__(self, kind: str, data: JSON = None, *, run_id: str | None = None) -> None:
+        # attrs' own frozen __init__, which sets each field with object.__setattr__ by
+        # name; the slots' descriptors (:mod:`stores._fastinit`) do it for less, and every
+        # event a program appends is made here.
+        _set_kind(self, kind)
+        _set_data(self, data)
+        _set_run_id(self, run_id)
+
+
+_set_kind, _set_data, _set_run_id = slot_setters(NewEvent)
 
 
 @attrs.frozen
@@ -116,7 +127,7 @@ class LeaseInfo:
     expires: float
 
 
-@attrs.frozen
+@attrs.frozen(init=False)
 class PreparedEvent:
     """A validated event with its data already encoded as canonical JSON text.
 
@@ -128,11 +139,14 @@ class PreparedEvent:
     data_json: str
     run_id: str | None = None
 
+    def __init__(self, kind: str, data_json: str, run_id: str | None = None) -> None:
+        # as NewEvent's (one per event, made by prepare_events)
+        _set_prepared_kind(self, kind)
+        _set_data_json(self, data_json)
+        _set_prepared_run_id(self, run_id)
 
-#: ``PreparedEvent(kind, data_json, run_id)`` for the per-event path (:mod:`stores._fastinit`).
-_new_prepared: Callable[[str, str, str | None], PreparedEvent] = positional_constructor(
-    PreparedEvent
-)
+
+_set_prepared_kind, _set_data_json, _set_prepared_run_id = slot_setters(PreparedEvent)
 
 
 def _check_text(value: object, what: str, index: int | None, kind: object) -> str:
@@ -242,7 +256,7 @@ def prepare_events(events: Iterable[NewEvent]) -> list[PreparedEvent]:
         total += size
         if size > most or total > batch_most:
             _refuse_size(index, kind, size, total)
-        prepared.append(_new_prepared(kind, text, run_id))
+        prepared.append(PreparedEvent(kind, text, run_id))
     return prepared
 
 

@@ -169,13 +169,21 @@ class MemoryStore(MemoryLeases, BatchingStore):
         check_ops(ops, sync)
         if len(ops) == 1 and type(ops[0]) is AppendOp:
             # One append (an awaited append on a quiet runtime): run_batch's rules for a
-            # batch of one op, without its bookkeeping of failed sessions.
-            with self._batch as state:
-                now = time.time()
+            # batch of one op, without its bookkeeping of failed sessions, and _Batch's
+            # enter and exit inline.
+            state = self._state
+            state.lock.acquire()
+            try:
+                if self._closed or self.read_only:
+                    self._check_usable("write_batch")
                 try:
-                    return [self._apply(state, ops[0], now)]
+                    result: BatchResult = self._apply(state, ops[0], time.time())
                 except TidelogError as exc:
-                    return [exc]
+                    result = exc
+                self._seen_version = state.version
+            finally:
+                state.lock.release()
+            return [result]
         return run_batch(ops, self._batch, self._apply_op)
 
     def _apply_op(self, state: _State, op: WriteOp, now: float) -> int:

@@ -1,74 +1,104 @@
-"""The positional constructors of :mod:`stores._fastinit` make the very values the
-classes' own ``__init__`` makes, and refuse classes they would make differently."""
+"""The hand-written ``__init__`` of the per-event values (:mod:`stores._fastinit`)
+makes the very values attrs' generated one makes, and :func:`slot_setters` refuses
+classes whose ``__init__`` must do more."""
 
 from __future__ import annotations
+
+from typing import Any
 
 import attrs
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from stores import AppendOp, PreparedEvent
-from stores._fastinit import positional_constructor
-
-_new_prepared = positional_constructor(PreparedEvent)
-_new_append = positional_constructor(AppendOp)
+from stores import AppendOp, NewEvent, PreparedEvent
+from stores._fastinit import slot_setters
 
 
-@given(st.text(), st.text(), st.none() | st.text())
-def test_a_prepared_event_made_positionally_is_the_same_value(
-    kind: str, data: str, run_id: str | None
+def _generated(cls: type) -> type:
+    """``cls`` again, with attrs' own frozen ``__init__`` (the reference)."""
+    fields = {f.name: attrs.field(default=f.default, kw_only=f.kw_only) for f in attrs.fields(cls)}
+    return attrs.make_class(cls.__name__, fields, frozen=True)
+
+
+_REFERENCE = {cls: _generated(cls) for cls in (NewEvent, PreparedEvent, AppendOp)}
+
+
+_JSON = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.text(),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(), inner, max_size=3),
+    max_leaves=8,
+)
+
+
+@given(st.text(), _JSON, st.none() | st.text())
+def test_new_and_prepared_events_take_their_arguments_as_attrs_would(
+    kind: str, data: Any, run_id: str | None
 ) -> None:
-    """Equal, same hash and repr, frozen: nothing tells the two ways of making it apart."""
-    fast, usual = _new_prepared(kind, data, run_id), PreparedEvent(kind, data, run_id)
-    assert type(fast) is PreparedEvent
-    assert fast == usual
-    assert hash(fast) == hash(usual)
-    assert repr(fast) == repr(usual)
+    """Positional, keyword and default arguments land in the same fields, the values are
+    frozen, and equal values hash alike."""
+    cases: list[tuple[Any, Any]] = [
+        (NewEvent(kind, data, run_id=run_id), _REFERENCE[NewEvent](kind, data, run_id=run_id)),
+        (NewEvent(kind), _REFERENCE[NewEvent](kind)),
+        (NewEvent(kind=kind, data=data), _REFERENCE[NewEvent](kind=kind, data=data)),
+        (PreparedEvent(kind, "{}", run_id), _REFERENCE[PreparedEvent](kind, "{}", run_id)),
+        (PreparedEvent(kind, "[]"), _REFERENCE[PreparedEvent](kind, "[]")),
+    ]
+    for made, reference in cases:
+        assert attrs.astuple(made, recurse=False) == attrs.astuple(reference, recurse=False)
+        assert repr(made).split("(", 1)[1] == repr(reference).split("(", 1)[1]
+    assert PreparedEvent(kind, "1", run_id) == PreparedEvent(kind, "1", run_id)
+    assert hash(PreparedEvent(kind, "1", run_id)) == hash(PreparedEvent(kind, "1", run_id))
     with pytest.raises(attrs.exceptions.FrozenInstanceError):
-        fast.kind = "other"  # type: ignore[misc]
+        NewEvent(kind).kind = "other"  # type: ignore[misc]
+    with pytest.raises(TypeError):
+        NewEvent(kind, data, run_id)  # type: ignore[call-arg]  # run_id is keyword-only
 
 
-def test_an_append_op_made_positionally_is_the_same_value() -> None:
-    """Every field in declaration order, as the class's ``__init__`` takes them."""
+def test_an_append_op_takes_its_arguments_as_attrs_would() -> None:
+    """Every field, positionally or by keyword, and the defaults."""
     events = (PreparedEvent("k", "{}"),)
-    fast = _new_append("s", events, 3, "owner", '{"a":1}', True)
-    usual = AppendOp("s", events, expected_head=3, owner="owner", header_json='{"a":1}', retry=True)
-    assert fast == usual
-    assert hash(fast) == hash(usual)
-    assert repr(fast) == repr(usual)
+    reference = _REFERENCE[AppendOp]
+    for made, expected in [
+        (AppendOp("s", events), reference("s", events)),
+        (
+            AppendOp("s", events, 3, "o", '{"a":1}', True),
+            reference("s", events, 3, "o", '{"a":1}', True),
+        ),
+        (
+            AppendOp("s", events, owner="o", retry=True),
+            reference("s", events, owner="o", retry=True),
+        ),
+    ]:
+        assert attrs.astuple(made, recurse=False) == attrs.astuple(expected, recurse=False)
+    assert AppendOp("s", events, 1) == AppendOp("s", events, expected_head=1)
+    assert hash(AppendOp("s", events, 1)) == hash(AppendOp("s", events, expected_head=1))
+    assert attrs.evolve(AppendOp("s", events), retry=True).retry is True
 
 
-@attrs.frozen
+@attrs.frozen(init=False)
 class _Validated:
     n: int = attrs.field(validator=attrs.validators.instance_of(int))
 
-
-@attrs.frozen
-class _Converted:
-    n: int = attrs.field(converter=int)
+    def __init__(self, n: int) -> None: ...
 
 
-@attrs.frozen
+@attrs.frozen(init=False)
 class _PostInit:
     n: int
 
-    def __attrs_post_init__(self) -> None:
-        pass
+    def __init__(self, n: int) -> None: ...
+
+    def __attrs_post_init__(self) -> None: ...
 
 
-@attrs.frozen(cache_hash=True)
-class _CachedHash:
+@attrs.frozen
+class _Generated:
     n: int
 
 
-@attrs.frozen(slots=False)
-class _NoSlots:
-    n: int
-
-
-@pytest.mark.parametrize("cls", [_Validated, _Converted, _PostInit, _CachedHash, _NoSlots, int])
-def test_a_class_whose_init_does_more_is_refused(cls: type) -> None:
-    """Validators, converters, hooks, a cached hash or no slots: ``TypeError``, at once."""
+@pytest.mark.parametrize("cls", [_Validated, _PostInit, _Generated, int])
+def test_a_class_whose_init_must_do_more_is_refused(cls: type) -> None:
+    """Validators, a hook, attrs' own ``__init__``, not attrs: ``TypeError`` at once."""
     with pytest.raises(TypeError):
-        positional_constructor(cls)
+        slot_setters(cls)
