@@ -3,19 +3,18 @@
 It keeps the same contract as :class:`~stores.SqliteStore` and passes the same
 conformance suite; it simply does not survive the process. Data is held as encoded JSON
 text, exactly as the durable backends store it, so callers never share mutable objects
-with the store.
+with the store. The data shared by a store and its clones (:mod:`stores.memory._state`),
+the reads (:mod:`stores.memory._read`) and the leases (:mod:`stores.memory._leases`) are
+modules of their own, the reads and the leases mixins of :class:`MemoryStore`.
 """
 
 from __future__ import annotations
 
 import copy
-import threading
 import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from typing import TypeVar
-
-import attrs
 
 from .._batching import BatchingStore, check_ops, check_replace, resent_tail, run_batch
 from .._batching import session_ids_of as _session_ids
@@ -23,11 +22,8 @@ from .._checks import (
     check_create_args,
     check_fork,
     check_fork_args,
-    check_list_args,
     check_pin_arg,
     check_projection_args,
-    check_read_args,
-    check_text,
     fork_header,
 )
 from .._contract import (
@@ -35,7 +31,6 @@ from .._contract import (
     BatchResult,
     Capabilities,
     GroupOp,
-    ListOrder,
     Pin,
     ReplaceOp,
     RestoreOp,
@@ -55,56 +50,22 @@ from .._errors import (
 from .._records import (
     JSON,
     SessionInfo,
-    StoredEvent,
     check_flag,
     check_seq,
-    decode_json,
     decode_json_object,
     encode_json,
-    events_from_rows,
     validate_session_id,
 )
-from ._leases import Lease, MemoryLeases
+from ._leases import MemoryLeases
+from ._read import MemoryReads, check_pin
+from ._state import Row, Session, State
 
 __all__ = ["MemoryStore"]
 
 T = TypeVar("T")
 
-_Row = tuple[int, float, str, str, str | None]  # seq, ts, kind, data_json, run_id
 
-
-@attrs.define
-class _Session:
-    incarnation: int
-    created_at: float
-    updated_at: float
-    header_json: str
-    parent: tuple[str, int] | None = None
-    rows: list[_Row] = attrs.Factory(list)
-    epoch: int = 0
-    cuts: list[tuple[int, int]] = attrs.Factory(list)  # (epoch, to_seq)
-    projections: dict[str, tuple[int, Pin, str]] = attrs.Factory(dict)
-
-    def info(self, session_id: str) -> SessionInfo:
-        header = decode_json(self.header_json)
-        assert isinstance(header, dict)
-        return SessionInfo(
-            session_id, len(self.rows), self.created_at, self.updated_at, header, self.parent
-        )
-
-
-@attrs.define
-class _State:
-    """Shared by a MemoryStore and its clones."""
-
-    lock: threading.RLock = attrs.Factory(threading.RLock)
-    sessions: dict[str, _Session] = attrs.Factory(dict)
-    leases: dict[str, Lease] = attrs.Factory(dict)
-    incarnations: int = 0
-    version: int = 0  # bumped on every commit
-
-
-class MemoryStore(MemoryLeases, BatchingStore):
+class MemoryStore(MemoryReads, MemoryLeases, BatchingStore):
     """An in-memory :class:`~stores._contract.Store`: not durable, never blocks (the
     runtime calls it inline on the event loop).
 
@@ -116,7 +77,7 @@ class MemoryStore(MemoryLeases, BatchingStore):
 
     def __init__(self, *, read_only: bool = False) -> None:
         self.read_only = check_flag(read_only, "read_only")
-        self._state = _State()
+        self._state = State()
         self._closed = False
         self._seen_version = 0
         self._batch = _Batch(self)  # stateless: one per handle, entered for every batch
@@ -124,7 +85,7 @@ class MemoryStore(MemoryLeases, BatchingStore):
     # -- plumbing ----------------------------------------------------------------------
 
     @contextmanager
-    def _locked(self, write: str = "") -> Iterator[_State]:
+    def _locked(self, write: str = "") -> Iterator[State]:
         """The shared state, under its lock; ``write`` names a write call, refused (after
         the closed check) on a read-only handle."""
         with self._state.lock:
@@ -138,11 +99,11 @@ class MemoryStore(MemoryLeases, BatchingStore):
         if write and self.read_only:
             raise ReadOnlyError(write, "this MemoryStore handle is read-only")
 
-    def _new_session(self, state: _State, header_json: str, now: float) -> _Session:
+    def _new_session(self, state: State, header_json: str, now: float) -> Session:
         state.incarnations += 1
-        return _Session(state.incarnations, now, now, header_json)
+        return Session(state.incarnations, now, now, header_json)
 
-    def _commit(self, state: _State) -> None:
+    def _commit(self, state: State) -> None:
         state.version += 1
         self._seen_version = state.version
 
@@ -186,7 +147,7 @@ class MemoryStore(MemoryLeases, BatchingStore):
             return [result]
         return run_batch(ops, self._batch, self._apply_op)
 
-    def _apply_op(self, state: _State, op: WriteOp, now: float) -> int:
+    def _apply_op(self, state: State, op: WriteOp, now: float) -> int:
         if isinstance(op, AppendOp):
             return self._apply(state, op, now)
         if isinstance(op, RestoreOp):
@@ -212,14 +173,14 @@ class MemoryStore(MemoryLeases, BatchingStore):
             return self._replace(state, op, now)
         return int(self._delete(state, op.session_id))
 
-    def _restore(self, state: _State, op: RestoreOp) -> int:
+    def _restore(self, state: State, op: RestoreOp) -> int:
         session = state.sessions.get(op.session_id)
         shared = op.parent if session is None and op.share_prefix else None
         head = shared[1] if shared is not None else 0 if session is None else len(session.rows)
         if op.expected_head != head:
             raise ConflictError(op.session_id, op.expected_head, head)
         if session is None:
-            rows: list[_Row] = []
+            rows: list[Row] = []
             if shared is not None:  # a fork's prefix: the parent's rows (immutable tuples)
                 parent = state.sessions.get(shared[0])
                 check_fork(
@@ -243,7 +204,7 @@ class MemoryStore(MemoryLeases, BatchingStore):
         state.version += 1
         return len(session.rows)
 
-    def _replace(self, state: _State, op: ReplaceOp, now: float) -> int:
+    def _replace(self, state: State, op: ReplaceOp, now: float) -> int:
         session = state.sessions.get(op.session_id)
         head = 0 if session is None else len(session.rows)
         rows = [] if session is None else session.rows
@@ -262,13 +223,13 @@ class MemoryStore(MemoryLeases, BatchingStore):
         return len(session.rows)
 
     @staticmethod
-    def _check_owner(state: _State, session_id: str, owner: str | None) -> None:
+    def _check_owner(state: State, session_id: str, owner: str | None) -> None:
         if owner is not None:
             lease = state.leases.get(session_id)
             if lease is None or lease.owner != owner:
                 raise OwnershipLostError(session_id)
 
-    def _apply(self, state: _State, op: AppendOp, now: float) -> int:
+    def _apply(self, state: State, op: AppendOp, now: float) -> int:
         session_id = op.session_id
         session = state.sessions.get(session_id)
         head = len(session.rows) if session is not None else 0
@@ -305,7 +266,7 @@ class MemoryStore(MemoryLeases, BatchingStore):
         with self._locked("delete") as state:
             return self._delete(state, session_id)
 
-    def _delete(self, state: _State, session_id: str) -> bool:
+    def _delete(self, state: State, session_id: str) -> bool:
         state.leases.pop(session_id, None)
         if state.sessions.pop(session_id, None) is None:
             return False
@@ -347,7 +308,7 @@ class MemoryStore(MemoryLeases, BatchingStore):
         with self._locked("truncate") as state:
             return self._truncate(state, session_id, to_seq, time.time())
 
-    def _truncate(self, state: _State, session_id: str, to_seq: int, now: float) -> int:
+    def _truncate(self, state: State, session_id: str, to_seq: int, now: float) -> int:
         session = state.sessions.get(session_id)
         if session is None or to_seq >= len(session.rows):
             return 0
@@ -358,103 +319,6 @@ class MemoryStore(MemoryLeases, BatchingStore):
         session.updated_at = now
         self._commit(state)
         return removed
-
-    # -- reads -------------------------------------------------------------------------
-
-    def read(
-        self,
-        session_id: str,
-        *,
-        since_seq: int = 0,
-        until_seq: int | None = None,
-        limit: int | None = None,
-        pin: Pin | None = None,
-        from_end: bool = False,
-    ) -> list[StoredEvent]:
-        """See :meth:`Store.read`."""
-        validate_session_id(session_id)
-        until = check_read_args(since_seq, until_seq, limit, pin, from_end)
-        with self._locked() as state:
-            session = state.sessions.get(session_id)
-            if pin is not None:
-                _check_pin(session_id, session, pin)
-            if session is None:
-                return []
-            stop = len(session.rows) if until is None else min(until, len(session.rows))
-            start = since_seq
-            if limit is not None and from_end:
-                start = max(start, stop - limit)
-            elif limit is not None:
-                stop = min(stop, since_seq + limit)
-            rows = session.rows[start:stop] if start < stop else []
-        return events_from_rows(session_id, rows)
-
-    def head(self, session_id: str) -> int:
-        """See :meth:`Store.head`."""
-        validate_session_id(session_id)
-        with self._locked() as state:
-            session = state.sessions.get(session_id)
-            return 0 if session is None else len(session.rows)
-
-    def stat(self, session_id: str) -> SessionInfo | None:
-        """See :meth:`Store.stat`."""
-        validate_session_id(session_id)
-        with self._locked() as state:
-            session = state.sessions.get(session_id)
-            return None if session is None else session.info(session_id)
-
-    def pin(self, session_id: str) -> Pin | None:
-        """See :meth:`Store.pin`."""
-        validate_session_id(session_id)
-        with self._locked() as state:
-            session = state.sessions.get(session_id)
-            if session is None:
-                return None
-            return Pin(session_id, len(session.rows), session.incarnation, session.epoch)
-
-    def find_run(self, session_id: str, run_id: str) -> tuple[int, int] | None:
-        """See :meth:`Store.find_run`."""
-        validate_session_id(session_id)
-        check_text(run_id, "run_id")
-        with self._locked() as state:
-            session = state.sessions.get(session_id)
-            if session is None:
-                return None
-            seqs = [row[0] for row in session.rows if row[4] == run_id]
-        return (seqs[0], seqs[-1]) if seqs else None
-
-    def refresh_pin(self, pin: Pin) -> Pin:
-        """See :meth:`Store.refresh_pin`."""
-        check_pin_arg(pin)
-        with self._locked() as state:
-            session = state.sessions.get(pin.session_id)
-            _check_pin(pin.session_id, session, pin)
-            assert session is not None
-            return Pin(pin.session_id, len(session.rows), session.incarnation, session.epoch)
-
-    def list_sessions(
-        self,
-        *,
-        limit: int | None = None,
-        prefix: str | None = None,
-        after: str | None = None,
-        order: ListOrder = "id",
-    ) -> list[SessionInfo]:
-        """See :meth:`Store.list_sessions`."""
-        check_list_args(limit, prefix, after, order)
-        with self._locked() as state:
-            ids = [
-                sid
-                for sid in state.sessions
-                if (prefix is None or sid.startswith(prefix)) and (after is None or sid > after)
-            ]
-            if order == "id":
-                ids.sort()
-                picked = [(sid, state.sessions[sid]) for sid in ids[:limit]]
-            else:
-                found = sorted((-state.sessions[sid].updated_at, sid) for sid in ids)
-                picked = [(sid, state.sessions[sid]) for _, sid in found[:limit]]
-            return [session.info(sid) for sid, session in picked]
 
     # -- projection checkpoints --------------------------------------------------------
 
@@ -477,7 +341,7 @@ class MemoryStore(MemoryLeases, BatchingStore):
             if saved is None or saved[0] != version:
                 return None
             try:
-                _check_pin(session_id, session, saved[1])
+                check_pin(session_id, session, saved[1])
             except SnapshotExpiredError:
                 return None
             return saved[1].as_of_seq, saved[2]
@@ -521,7 +385,7 @@ class _Batch:
     def __init__(self, store: MemoryStore) -> None:
         self.store = store
 
-    def __enter__(self) -> _State:
+    def __enter__(self) -> State:
         store = self.store
         state = store._state
         state.lock.acquire()
@@ -543,18 +407,6 @@ def _restore(table: dict[str, T], key: str, value: T | None) -> None:
         table.pop(key, None)
     else:
         table[key] = value
-
-
-def _check_pin(session_id: str, session: _Session | None, pin: Pin) -> None:
-    if pin.session_id != session_id:
-        raise SnapshotExpiredError(session_id, pin.as_of_seq, "pin is for another session")
-    if session is None or session.incarnation != pin.incarnation:
-        raise SnapshotExpiredError(session_id, pin.as_of_seq, "the session was deleted")
-    for epoch, to_seq in session.cuts:
-        if epoch > pin.epoch and to_seq < pin.as_of_seq:
-            raise SnapshotExpiredError(
-                session_id, pin.as_of_seq, f"events after seq {to_seq} were truncated"
-            )
 
 
 _: type[Store] = MemoryStore
