@@ -21,6 +21,7 @@ hub. A spurious wake-up only costs the tailer a re-read.
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Callable, Iterable
 
 import trio
@@ -29,7 +30,7 @@ from stores import ChangeListener, TidelogError, listener_factory
 
 from ._lane import StoreLane
 
-__all__ = ["LISTENING_POLL_INTERVAL", "ChangeHub"]
+__all__ = ["FEED_PAUSE_AFTER", "LISTENING_POLL_INTERVAL", "ChangeHub"]
 
 #: Seconds between polls while the store's change feed is connected.
 LISTENING_POLL_INTERVAL = 1.0
@@ -37,6 +38,11 @@ LISTENING_POLL_INTERVAL = 1.0
 FEED_WAIT = 1.0
 #: Seconds between attempts to open a feed that could not be opened (server away).
 FEED_RETRY = 2.0
+#: Seconds with no session watched after which the feed's thread pauses the feed: the
+#: runtime's own commits would otherwise wake it for nothing (on PostgreSQL ~150 us of
+#: every awaited append of a lone writer, ``bench/HISTORY.md``). A tailer's next watch
+#: comes within a round trip of its wake-up, so a tailed runtime never pauses.
+FEED_PAUSE_AFTER = 0.25
 
 
 class ChangeHub:
@@ -82,10 +88,15 @@ class ChangeHub:
             self._waiters -= 1
 
     def watch(self, session_id: str) -> trio.Event:
-        """The event the next notification for ``session_id`` will set."""
+        """The event the next notification for ``session_id`` will set. A paused feed is
+        woken to listen again: it then says "anything may have changed", so a commit
+        announced before it listened wakes this watcher's re-read too."""
         event = self._events.get(session_id)
         if event is None:
             event = self._events[session_id] = trio.Event()
+            feed = self._feed
+            if feed is not None and feed.paused:  # (after the event is in place: see
+                feed.wake()  # _serve_feed, which pauses and then looks at the events)
         return event
 
     @property
@@ -180,9 +191,24 @@ def _serve_feed(
     only while some session is watched (most notifications announce this runtime's own
     commits, which nobody tails). Skipping one then is safe: a tailer takes its watch
     *before* it reads the store, so a commit announced before the watch existed is one
-    its read already sees."""
+    its read already sees. After :data:`FEED_PAUSE_AFTER` seconds with nothing watched it
+    pauses the feed, and resumes it at the next watch; the resumed feed's first wait says
+    "anything may have changed", which re-reads every waiter, so a commit announced while
+    it was paused is found too."""
+    last_watched = time.monotonic()
     try:
         while not stop.is_set():
+            if watched():
+                last_watched = time.monotonic()
+                if feed.paused:
+                    feed.resume()  # its next wait says "anything": every waiter re-reads
+            elif not feed.paused and time.monotonic() - last_watched >= FEED_PAUSE_AFTER:
+                # Nobody tails: stop hearing this runtime's own commits. The pause is
+                # visible before the events are looked at again, so a watch taken
+                # meanwhile is either seen here or wakes the paused wait (ChangeHub.watch).
+                feed.pause()
+                if watched():
+                    continue
             ids = feed.wait(FEED_WAIT)
             if stop.is_set():
                 return

@@ -37,6 +37,21 @@ class ChangeListener(Protocol):
         """Make a :meth:`wait` blocked in another thread return now (thread-safe)."""
         ...
 
+    @property
+    def paused(self) -> bool:
+        """True from :meth:`pause` to :meth:`resume` (readable from any thread)."""
+        ...
+
+    def pause(self) -> None:
+        """Stop receiving notifications until :meth:`resume`; :meth:`wait` only sleeps
+        meanwhile (until its timeout or :meth:`wake`). The waiting thread's call."""
+        ...
+
+    def resume(self) -> None:
+        """Receive notifications again; the next :meth:`wait` returns ``None`` (what was
+        announced meanwhile was not heard). The waiting thread's call."""
+        ...
+
     def close(self) -> None:
         """Release the connection; call once no :meth:`wait` runs. Idempotent."""
         ...

@@ -99,6 +99,28 @@ class PgAlternative:
                 log.close()
         return {"appends_per_s": count / elapsed, "events_per_s": count / elapsed}
 
+    def one_session_threaded(self, dsn: str, schema: str, count: int) -> dict[str, float]:
+        """W1 off the event loop, as a trio service must run a synchronous library: the
+        same appends, each in a trio worker thread (one at a time, as W1's raw loop)."""
+        import trio
+
+        create_schema(dsn, schema)
+        with quiet():
+            log = self._opener(dsn, schema, 1)
+
+            async def main() -> float:
+                limiter = trio.CapacityLimiter(1)
+                start = time.perf_counter()
+                for step in range(1, count + 1):
+                    await trio.to_thread.run_sync(log.append, "s", step, limiter=limiter)
+                return time.perf_counter() - start
+
+            try:
+                elapsed = trio.run(main)
+            finally:
+                log.close()
+        return {"appends_per_s": count / elapsed, "events_per_s": count / elapsed}
+
     def many_sessions(self, dsn: str, schema: str, sessions: int, appends: int) -> dict[str, float]:
         """W2: ``sessions`` concurrent trio clients, each ``appends`` awaited appends run
         in worker threads."""

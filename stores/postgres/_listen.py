@@ -9,6 +9,11 @@ called from any thread. It is libpq's own way of waiting: ``select`` on the conn
 socket (and on a pipe that ``wake`` writes to), then ``PQconsumeInput`` and
 ``PQnotifies``.
 
+A runtime pauses its listener (``UNLISTEN``) while nothing in it is watched, so that its
+own commits do not wake the listening thread for nothing (:meth:`PgListener.pause`); it
+resumes before a watcher needs it, and the wait after :meth:`PgListener.resume` says
+"anything may have changed".
+
 A listener never skips a change silently: after its connection was lost and opened
 again -- notifications sent meanwhile are gone -- its next :meth:`~PgListener.wait`
 returns ``None``, "anything may have changed", as it does for a payload naming too many
@@ -49,15 +54,51 @@ class PgListener:
         self._fds = threading.Lock()  # close() and wake() from different threads
         #: Set when notifications may have been missed (a reconnect): the next wait says so.
         self._missed = False
+        #: Set by :meth:`pause` (read from any thread: see :attr:`paused`).
+        self._paused = False
         #: Connections opened so far (the first one in the constructor).
         self.connects = 0
         self._connect()  # errors propagate: the caller knows at once if it cannot listen
 
     @property
     def connected(self) -> bool:
-        """True while the listening connection is up."""
+        """True while it listens: the connection is up and the listener not paused."""
+        return not self._paused and self._up()
+
+    def _up(self) -> bool:
         conn = self._conn
         return conn is not None and not conn.closed and not conn.broken
+
+    @property
+    def paused(self) -> bool:
+        """True from :meth:`pause` to :meth:`resume` (a plain attribute: any thread)."""
+        return self._paused
+
+    def pause(self) -> None:
+        """Stop listening (``UNLISTEN``) until :meth:`resume`: notifications sent meanwhile
+        are not received, and :meth:`wait` only sleeps. For a runtime whose tailers are
+        gone: every commit of its own would wake this thread for nothing. The waiting
+        thread's call."""
+        self._paused = True
+        if self._up():
+            assert self._conn is not None
+            try:
+                self._conn.execute(f'UNLISTEN "{self._channel}"')
+            except psycopg.Error:
+                self._drop()
+
+    def resume(self) -> None:
+        """Listen again after :meth:`pause`; the next :meth:`wait` returns ``None``
+        (what was sent meanwhile was not heard: anything may have changed). The waiting
+        thread's call; a lost connection is opened again by the next wait, as always."""
+        self._paused = False
+        self._missed = True
+        if self._up():
+            assert self._conn is not None
+            try:
+                self._conn.execute(f'LISTEN "{self._channel}"')
+            except psycopg.Error:
+                self._drop()
 
     def _connect(self) -> None:
         conn = connect(self._options, role="listener")
@@ -85,6 +126,9 @@ class PgListener:
         Raises :class:`~stores._errors.ClosedError` after :meth:`close`."""
         if self._closed:
             raise ClosedError("this PgListener was closed")
+        if self._paused:
+            self._sleep(timeout)  # until woken: nothing is received while paused
+            return set()
         if not self.connected:
             self._drop()
             try:

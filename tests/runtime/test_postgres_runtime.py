@@ -20,11 +20,13 @@ pytest.importorskip("psycopg", reason="psycopg is not installed (pip install -e 
 
 import psycopg
 
+from actors._changes import FEED_PAUSE_AFTER, FEED_WAIT
 from runtime import (
     CommitPendingError,
     InvalidArgumentError,
     NewEvent,
     Runtime,
+    SessionWriter,
     StoreBusyError,
     StoreIOError,
     open_runtime,
@@ -128,6 +130,54 @@ async def test_tail_on_another_host_is_woken_by_notify(host: Opener) -> None:
                 await trio.sleep(0.01)
     assert [seq for seq, _ in received] == list(range(2, 22))
     assert max(at - sent[seq] for seq, at in received) < 1.0
+
+
+async def test_a_feed_paused_while_nothing_is_watched_wakes_the_next_tail(
+    host: Opener,
+) -> None:
+    """A runtime in which nothing is watched pauses its feed (its own commits no longer
+    wake the feed's thread); the next tail's watch resumes it at once (not at the feed
+    thread's next timeout), and the tail sees every commit of another runtime -- one
+    made while the feed was paused, by its first read -- within a second each, though
+    its runtime never polls."""
+    async with (
+        host(poll_interval=NO_POLLING) as reader,
+        host() as writer,
+        writer.open_session("s") as w,
+    ):
+        await w.append([ev(0)])
+        hub = reader._engine.hub
+        with trio.fail_after(10):
+            while hub._feed is None or not hub._feed.paused:  # noqa: ASYNC110
+                await trio.sleep(FEED_PAUSE_AFTER / 5)
+        await w.append([ev(1)])  # announced to nobody: the reader's feed is paused
+        received: list[tuple[int, float]] = []
+        sent: dict[int, float] = {}
+
+        async def follow() -> None:
+            async for event in reader.tail("s", since_seq=0):
+                received.append((event.seq, trio.current_time()))
+                if event.seq == 7:
+                    return
+
+        with trio.fail_after(20):
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(follow)
+                started = trio.current_time()
+                while hub._feed.paused:  # noqa: ASYNC110 (the tail's watch resumes it)
+                    await trio.sleep(0.01)
+                assert trio.current_time() - started < FEED_WAIT / 2
+                await _send(w, sent)
+    assert [seq for seq, _ in received] == list(range(1, 8))
+    assert max(at - sent[seq] for seq, at in received if seq in sent) < 1.0
+
+
+async def _send(w: SessionWriter, sent: dict[int, float]) -> None:
+    """Append events 2..6, noting when each was sent (by its seq)."""
+    for i in range(2, 7):
+        await w.append([ev(i)])
+        sent[i + 1] = trio.current_time()
+        await trio.sleep(0.05)
 
 
 class LateFeed(PostgresStore):

@@ -121,3 +121,32 @@ def test_split_url_takes_the_schema_out() -> None:
     )
     assert split_url("postgresql://?dbname=test&schema=x") == ("postgresql://?dbname=test", "x")
     assert split_url("postgresql:///db?schema=x") == ("postgresql:///db", "x")
+
+
+def test_a_paused_listener_hears_nothing_and_says_anything_when_it_resumes(
+    store: PostgresStore, feed: PgListener
+) -> None:
+    """Paused (``UNLISTEN``), a listener receives no notification and only sleeps; its
+    first wait after resuming returns None ("anything may have changed": the commits of
+    the pause were not heard), and it hears commits again from then on."""
+    feed.pause()
+    assert feed.paused
+    assert not feed.connected
+    store.append("during", [NewEvent("k")])
+    time.sleep(0.1)
+    assert feed.wait(0.2) == set()
+    feed.resume()
+    assert not feed.paused
+    assert feed.connected
+    assert feed.wait(1.0) is None
+    store.append("after", [NewEvent("k")])
+    assert feed.wait(5.0) == {"after"}
+
+
+def test_wake_interrupts_a_paused_wait(feed: PgListener) -> None:
+    """A paused listener's wait returns at once when woken from another thread."""
+    feed.pause()
+    threading.Timer(0.1, feed.wake).start()
+    started = time.monotonic()
+    assert feed.wait(30.0) == set()
+    assert time.monotonic() - started < 5.0
