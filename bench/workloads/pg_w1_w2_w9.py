@@ -239,6 +239,24 @@ pg_case("W2pg/4proc-tidelog", "tidelog on PostgreSQL (synchronous=full), one run
 
 
 _W1 = "W1pg 1 session x 5,000 awaited appends"
+
+
+def _alternative_rows(label: str, suffix: str, raw: str) -> tuple[Row, ...]:
+    """W1pg's row of each alternative (its case ``W1pg/<key><suffix>``) beside ``raw``."""
+    return tuple(
+        Row(
+            "W1pg",
+            label,
+            f"W1pg/{alt.key}{suffix}",
+            "appends_per_s",
+            "appends/s",
+            reference=(raw, "appends_per_s"),
+            note="alternative",
+        )
+        for alt in ALL_PG
+    )
+
+
 _W2 = "W2pg 100 sessions x 50 awaited appends"
 _W9 = "W9pg loop lag during W2pg"
 for _tl, _, _label in LEVELS:
@@ -257,18 +275,7 @@ for _tl, _, _label in LEVELS:
     )
     if _tl == "full":
         rows(
-            *(
-                Row(
-                    "W1pg",
-                    f"{_W1}, FULL",
-                    f"W1pg/{alt.key}",
-                    "appends_per_s",
-                    "appends/s",
-                    reference=(_raw1, "appends_per_s"),
-                    note="alternative",
-                )
-                for alt in ALL_PG
-            ),
+            *_alternative_rows(f"{_W1}, FULL", "", _raw1),
             # No target: called directly, the alternatives block the event loop for each
             # call's round trip; raw psycopg with the one thread hop a non-blocking append
             # needs reads 0.69x of them (Dec 2). The speed issue's target (at least the
@@ -281,18 +288,7 @@ for _tl, _, _label in LEVELS:
                 "appends/s",
                 best_of=tuple((f"W1pg/{alt.key}", "appends_per_s") for alt in ALL_PG),
             ),
-            *(
-                Row(
-                    "W1pg",
-                    f"{_W1}, FULL: alternatives off the event loop",
-                    f"W1pg/{alt.key}-thread",
-                    "appends_per_s",
-                    "appends/s",
-                    reference=(_raw1, "appends_per_s"),
-                    note="alternative",
-                )
-                for alt in ALL_PG
-            ),
+            *_alternative_rows(f"{_W1}, FULL: alternatives off the event loop", "-thread", _raw1),
             Row(
                 "W1pg",
                 f"{_W1}, FULL: tidelog vs the best alternative off the event loop",
