@@ -29,7 +29,14 @@ from .._contract import AppendOp, BatchResult
 from ._connection import EVERYTHING, MAX_PAYLOAD_BYTES, notify_payload
 from ._ops import NOW
 
-__all__ = ["APPEND_KNOWN", "APPEND_KNOWN_ONE_EACH", "known_args", "known_one_each_args"]
+__all__ = [
+    "APPEND_KNOWN",
+    "APPEND_KNOWN_ONE",
+    "APPEND_KNOWN_ONE_EACH",
+    "known_args",
+    "known_one_args",
+    "known_one_each_args",
+]
 
 
 #: The append path's statement for a batch whose every session the store has met before
@@ -86,6 +93,56 @@ SELECT CASE WHEN (SELECT count(*) FROM upd) < %(k)s THEN retry_batch() END,
     CASE WHEN %(channel)s::text IS NOT NULL THEN pg_notify(%(channel)s, %(payload)s) END,
     CASE WHEN %(sync)s THEN set_config('synchronous_commit', 'on', true) END
 """
+
+
+#: :data:`APPEND_KNOWN` for a batch of one op appending one event at its expected head
+#: (:func:`known_one_args`): a lone writer's awaited append, every one of W1pg's. Scalar
+#: parameters instead of arrays (psycopg dumps each array in Python: about 60 us of the
+#: 250 a lone append took, ``bench/HISTORY.md``), and the event is inserted from the row
+#: update's output: a row that does not pass (a stale head, another owner, a sid that is
+#: gone) updates nothing, so nothing is inserted and the statement returns no row -- it
+#: wrote nothing, and the store runs the op through the general path. An event seq already
+#: taken fails it with a unique violation, which undoes the row update with it (the
+#: statement is its own transaction).
+APPEND_KNOWN_ONE = f"""
+WITH upd AS (
+    UPDATE sessions SET head = %(x)s + 1, updated_at = {NOW}
+    WHERE sid = %(sid)s AND head = %(x)s
+        AND (%(owner)s::text IS NULL OR owner = %(owner)s::text)
+    RETURNING updated_at),
+ev AS (
+    INSERT INTO events(sid, seq, ts, kind, data, run_id)
+    SELECT %(sid)s, %(x)s + 1, upd.updated_at, %(kind)s, %(data)s, %(run_id)s FROM upd
+    RETURNING 1)
+SELECT CASE WHEN %(channel)s::text IS NOT NULL THEN pg_notify(%(channel)s, %(payload)s) END,
+    CASE WHEN %(sync)s THEN set_config('synchronous_commit', 'on', true) END
+FROM ev
+"""
+
+
+def known_one_args(
+    op: AppendOp, sids: Mapping[str, int], channel: str | None, *, sync: bool
+) -> dict[str, object] | None:
+    """The parameters of :data:`APPEND_KNOWN_ONE` for a batch of the one op ``op``;
+    ``None`` unless it appends one event to a session of ``sids`` at a given expected
+    head. The op's result, when the statement returns its row, is ``expected + 1``."""
+    expected = op.expected_head
+    sid = sids.get(op.session_id)
+    if expected is None or sid is None or len(op.events) != 1:
+        return None
+    event = op.events[0]
+    return {
+        "sid": sid,
+        "x": expected,
+        "owner": op.owner,
+        "kind": event.kind,
+        "data": event.data_json,
+        "run_id": event.run_id,
+        "channel": channel,
+        # notify_payload's line; one id (at most 256 characters) always fits
+        "payload": None if channel is None else f"{expected + 1} {op.session_id}",
+        "sync": sync,
+    }
 
 
 def known_one_each_args(

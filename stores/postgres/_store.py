@@ -31,7 +31,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 import attrs
 import psycopg
@@ -302,6 +302,13 @@ class PostgresStore(PgReads, PgLeases, BatchingStore):
         the general path (a check failed, a resend, a session created concurrently, a
         value PostgreSQL refuses, or several ops of one session that
         :data:`~stores.postgres._known.APPEND_KNOWN` cannot take)."""
+        if len(ops) == 1:  # a lone writer's awaited append: scalar parameters
+            lone = known_path.known_one_args(ops[0], self._sids, self.channel, sync=sync)
+            if lone is not None:
+                if self._run_append(conn, known_path.APPEND_KNOWN_ONE, lone) is not None:
+                    return [cast(int, lone["x"]) + 1]
+                self._forget_sids([ops[0].session_id])  # its sid may be gone
+                return None
         sql = known_path.APPEND_KNOWN_ONE_EACH
         known = known_path.known_one_each_args(ops, self._sids, self.channel, sync=sync)
         if known is None:
@@ -335,7 +342,8 @@ class PostgresStore(PgReads, PgLeases, BatchingStore):
 
     def _run_append(self, conn: Conn, sql: str, args: dict[str, object]) -> Any:
         """Run one of the one-statement appends (prepared); its row, or ``None`` if it
-        undid itself because an op needs the general path."""
+        wrote nothing because an op needs the general path (it undid itself, or, for
+        :data:`~stores.postgres._known.APPEND_KNOWN_ONE`, returned no row)."""
         try:
             row = conn.execute(sql, args, prepare=True).fetchone()
         except (
@@ -348,7 +356,6 @@ class PostgresStore(PgReads, PgLeases, BatchingStore):
             if isinstance(exc, psycopg.errors.DeadlockDetected) or exc.sqlstate == RETRY_SQLSTATE:
                 return None  # likewise: it undid itself
             raise
-        assert row is not None
         return row
 
     def _learn_sids(self, conn: Conn, ops: Sequence[AppendOp]) -> bool:

@@ -1,7 +1,8 @@
-"""PostgresStore's one-statement appends to sessions it has met (``APPEND_KNOWN`` and
-``APPEND_KNOWN_ONE_EACH``: one row operation per session per batch, keyed by the sid it
-learnt): what they write when every op passes, that they undo themselves otherwise, and
-that the store's results stay those of the general rules (a model store beside it).
+"""PostgresStore's one-statement appends to sessions it has met (``APPEND_KNOWN``,
+``APPEND_KNOWN_ONE_EACH`` and ``APPEND_KNOWN_ONE``: one row operation per session per
+batch, keyed by the sid it learnt): what they write when every op passes, that they
+undo themselves otherwise, and that the store's results stay those of the general rules
+(a model store beside it).
 
 The real server, a schema per test, raw psycopg connections for the other host.
 """
@@ -108,6 +109,46 @@ def test_known_statements_commit_or_undo_themselves(
                 pg_raw.execute(sql, args[0])
             assert info.value.sqlstate in (pg_schema.RETRY_SQLSTATE, "23505")
     assert counts(pg_raw) == {"a": 7, "b": 4, "c": 4}
+
+
+def test_the_lone_append_statement_commits_or_writes_nothing(
+    pg_open: Opener, pg_raw: psycopg.Connection[Any]
+) -> None:
+    """APPEND_KNOWN_ONE, run as the store runs it, writes the event at ``expected + 1``
+    and moves the session's row, with its NOTIFY; a stale head, another owner or a sid
+    that is gone return no row and write nothing, and a taken seq fails it whole."""
+    store = pg_open()
+    for i in ("a", "c"):
+        store.acquire_lease(i, "me", ttl=60, holder="h")
+        assert store.write_batch([op(i, 2, expected_head=0, owner="me")]) == [2]
+    sids = sids_of(pg_raw, ["a", "c"])
+    pg_raw.execute("LISTEN chan")
+    args = pgops.known_one_args(op("a", 1, expected_head=2, owner="me"), sids, "chan", sync=True)
+    assert args is not None
+    assert pg_raw.execute(pgops.APPEND_KNOWN_ONE, args).fetchone() is not None
+    assert [n.payload for n in pg_raw.notifies(timeout=5, stop_after=1)] == ["3 a"]
+    assert [e.seq for e in store.read("a")] == [1, 2, 3]
+    assert store.head("a") == 3
+
+    assert pgops.known_one_args(op("a", 2, expected_head=3), sids, None, sync=False) is None
+    assert pgops.known_one_args(op("a", 1), sids, None, sync=False) is None
+    assert pgops.known_one_args(op("z", 1, expected_head=0), sids, None, sync=False) is None
+    nothing = [
+        (op("a", 1, expected_head=2, owner="me"), sids),
+        (op("a", 1, expected_head=3, owner="other"), sids),
+        (op("a", 1, expected_head=3, owner="me"), dict(sids, a=10**12)),
+    ]
+    for lone, known_sids in nothing:
+        args = pgops.known_one_args(lone, known_sids, None, sync=False)
+        assert args is not None
+        assert pg_raw.execute(pgops.APPEND_KNOWN_ONE, args).fetchone() is None
+    pg_raw.execute("INSERT INTO events VALUES (%s, 3, 0, 'k', '{}', NULL)", (sids["c"],))
+    args = pgops.known_one_args(op("c", 1, expected_head=2, owner="me"), sids, None, sync=False)
+    assert args is not None
+    with pytest.raises(psycopg.errors.UniqueViolation):
+        pg_raw.execute(pgops.APPEND_KNOWN_ONE, args)
+    assert counts(pg_raw) == {"a": 3, "c": 3}
+    assert [store.head(i) for i in "ac"] == [3, 2]
 
 
 def test_known_args_refuse_what_they_cannot_decide() -> None:
