@@ -80,12 +80,7 @@ class PgListener:
         gone: every commit of its own would wake this thread for nothing. The waiting
         thread's call."""
         self._paused = True
-        if self._up():
-            assert self._conn is not None
-            try:
-                self._conn.execute(f'UNLISTEN "{self._channel}"')
-            except psycopg.Error:
-                self._drop()
+        self._send(f'UNLISTEN "{self._channel}"')
 
     def resume(self) -> None:
         """Listen again after :meth:`pause`; the next :meth:`wait` returns ``None``
@@ -93,10 +88,15 @@ class PgListener:
         thread's call; a lost connection is opened again by the next wait, as always."""
         self._paused = False
         self._missed = True
+        self._send(f'LISTEN "{self._channel}"')
+
+    def _send(self, sql: str) -> None:
+        """Run ``sql`` on the open connection, if there is one; a lost connection is
+        dropped (the next wait opens it again)."""
         if self._up():
             assert self._conn is not None
             try:
-                self._conn.execute(f'LISTEN "{self._channel}"')
+                self._conn.execute(sql)
             except psycopg.Error:
                 self._drop()
 
