@@ -146,7 +146,7 @@ class ActorCommits(ActorLife):
             self.retry_at = 0.0
         if pending:
             self.writer.submit(self, urgent=True)
-        if self._parked_count:
+        if self._parked:
             self.wake_waiters()
         return True
 

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import enum
 from collections import deque
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 import trio
@@ -77,10 +78,11 @@ class ActorLife:
         self._backoff = 0.0
         #: The number of the writer's batch that last committed writes of this actor.
         self.last_batch = 0
-        #: Tasks parked in :meth:`_park`, woken by :meth:`wake_waiters` when a commit
+        #: Tasks parked by :meth:`_parking`, woken by :meth:`wake_waiters` when a commit
         #: attempt covering this actor finished or it died: a batch wakes only its own.
-        self._parked = trio.lowlevel.ParkingLot()
-        self._parked_count = 0  # cheaper to test than the lot, every commit
+        #: A dict in parking order (trio's ``ParkingLot`` does the same for more: this
+        #: runs for every awaited write, as ``trio.Event`` parks its tasks).
+        self._parked: dict[trio.lowlevel.Task, None] = {}
         #: Accepted writes this actor dropped, not yet taken by whoever reports them.
         self._dropped: list[tuple[list[PendingWrite], TidelogError]] = []
 
@@ -146,9 +148,13 @@ class ActorLife:
 
     # -- waiters -------------------------------------------------------------------------
 
-    async def _park(self, write: PendingWrite, report: bool) -> None:
-        """Wait until a commit attempt covering this actor's writes finished (successfully
-        or not), or it died, or the writer stopped. Cancellable.
+    def _parking(
+        self, write: PendingWrite, report: bool
+    ) -> Callable[[object], trio.lowlevel.Abort]:
+        """Park the calling task on this actor until a commit attempt covering its writes
+        finished (successfully or not), or it died, or the writer stopped: the caller
+        awaits ``trio.lowlevel.wait_task_rescheduled`` of the abort function returned
+        (cancellable: the abort unparks it), with no checkpoint in between.
 
         If the writer has stopped, ``write`` (accepted, waiting) will never be committed:
         raises :class:`~stores.UnwrittenError` for it (caused by the writer's stop)."""
@@ -156,17 +162,25 @@ class ActorLife:
             write.reported = write.reported or report
             stopped = self.writer.stopped_error()
             raise self._unwritten(write.first, write.last, write.events, stopped)
-        self._parked_count += 1
-        try:
-            await self._parked.park()
-        finally:
-            self._parked_count -= 1
+        task = trio.lowlevel.current_task()
+        parked = self._parked
+        parked[task] = None
+
+        def abort(_: object) -> trio.lowlevel.Abort:
+            del parked[task]
+            return trio.lowlevel.Abort.SUCCEEDED
+
+        return abort
 
     def wake_waiters(self) -> None:
         """Wake every task parked on this actor: a commit attempt covering it ended, it
         died, or the writer stopped (they re-check their write)."""
-        if self._parked_count:
-            self._parked.unpark_all()
+        parked = self._parked
+        if parked:
+            self._parked = {}
+            reschedule = trio.lowlevel.reschedule
+            for task in parked:
+                reschedule(task)
 
     # -- giving up writes ----------------------------------------------------------------
 

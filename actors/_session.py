@@ -200,7 +200,7 @@ class SessionActor(ActorCommits):
             except BaseException:
                 writer.lead_done()
                 raise
-            prev = self.accepted_head  # _accept_append(events), inline
+            prev = self.accepted_head  # _accept("append", events), inline
             write = PendingWrite("append", prev, prev + 1, prev + len(events), tuple(events))
             self.accepted_head = write.last
             self._pending.append(write)
@@ -213,17 +213,26 @@ class SessionActor(ActorCommits):
                 await self.wait_write(write, 0)
             return write.last
         await trio.lowlevel.checkpoint_if_cancelled()  # pending: nothing is accepted
-        write = self._accept_append(events)
-        await self.wait_write(write, 0, True)  # submit=True, positional: the hot path
-        return write.last
-
-    def _accept_append(self, events: Sequence[PreparedEvent]) -> PendingWrite:
-        """``_accept("append", events)``, lean: every awaited append comes here."""
+        # _accept("append", events) and wait_write(write, 0, submit=True), inline: every
+        # awaited append that does not lead comes here.
         prev = self.accepted_head
         write = PendingWrite("append", prev, prev + 1, prev + len(events), tuple(events))
         self.accepted_head = write.last
         self._pending.append(write)
-        return write
+        writer.submit(self, urgent=True)  # lead() said no just now: the writer task makes it
+        # The first wait of wait_write(write, 0), inline; the rest (a failed or dropped
+        # write) is its.
+        write.watchers += 1
+        try:
+            await trio.lowlevel.wait_task_rescheduled(self._parking(write, True))
+        except trio.Cancelled:
+            await self._settle_cancelled(write)
+            raise
+        finally:
+            write.watchers -= 1
+        if not write.done:
+            await self.wait_write(write, 0)
+        return write.last
 
     async def truncate(self, to_seq: int) -> int:
         """Accept a truncate behind every earlier write and wait for it; return how many
@@ -326,16 +335,23 @@ class SessionActor(ActorCommits):
                     if one_attempt:
                         return
                     raise self._pending_error(write) from write.error
-                await self._park(write, report)
+                await trio.lowlevel.wait_task_rescheduled(self._parking(write, report))
         except trio.Cancelled:
-            if withdraw and not self.withdraw(write):
-                with trio.CancelScope(shield=True), contextlib.suppress(TidelogError):
-                    await self.wait_write(
-                        write, write.failed_attempts, withdraw=False, one_attempt=True
-                    )
+            if withdraw:
+                await self._settle_cancelled(write)
             raise
         finally:
             write.watchers -= 1
+
+    async def _settle_cancelled(self, write: PendingWrite) -> None:
+        """A wait for ``write`` was cancelled: withdraw it if no commit attempt took it
+        (it never happened), else wait, shielded, until its current attempt ended (the
+        caller then raises ``Cancelled``; :attr:`accepted_head` says what became of it)."""
+        if not self.withdraw(write):
+            with trio.CancelScope(shield=True), contextlib.suppress(TidelogError):
+                await self.wait_write(
+                    write, write.failed_attempts, withdraw=False, one_attempt=True
+                )
 
     def _pending_error(self, write: PendingWrite) -> CommitPendingError:
         if write.kind in ("append", "replace", "group"):
