@@ -16,6 +16,19 @@ event: one-event ``append_nowait`` calls with a ``flush`` every 100 on a JSONL s
 ``os.write`` and ``os.fsync`` per 100 lines in a worker thread). These count both
 threads; the fsync itself, a syscall, is not counted.
 
+``--system w2-tidelog``, ``--system w2-raw`` and ``--system w2-raw-compiled`` measure W2's
+shape instead (:mod:`bench.workloads.w2_group_commit`: :data:`W2_SESSIONS` sessions x
+:data:`W2_APPENDS` awaited appends, :data:`W2_EVENTS` events a repetition), per event:
+tidelog on a SQLite file at ``synchronous="normal"`` (``W2/tidelog-normal``), and the raw
+apsw group-commit loop at NORMAL on format 4's layout with the stdlib encoder
+(``W2/raw-normal-v4``) or the compiled one (``W2/raw-normal-v4-compiled``). Each
+repetition runs in its own ``trio.run`` on a fresh database file of one temporary
+directory, after one warm-up repetition that is never counted; their count is
+``--repetitions`` (default :data:`W2_REPETITIONS`), not ``--appends``. These count both
+threads (the trio thread and the store's, or the raw loop's, worker thread) and the whole
+of each repetition (opening the database and the sessions, closing them); time counts
+W2's timed region only (all clients appending), like W2's rows.
+
 Two ways to measure, the same program:
 
 * time: ``python -m bench.probes.per_append`` prints us per append (median of
@@ -24,7 +37,11 @@ Two ways to measure, the same program:
   ``valgrind --tool=callgrind`` for ``0`` and ``n`` appends and prints the difference
   divided by ``n`` (start-up, imports and warm-up cancel out), with ``PYTHONHASHSEED=0``.
   Counts repeat whatever else the machine runs, where timings drift with the machine's
-  load (``bench/HISTORY.md``); it takes about a minute (two runs side by side).
+  load (``bench/HISTORY.md``); it takes about a minute (two runs side by side). For the
+  ``w2-*`` systems the two runs are of the warm-up repetition alone and of it and ``k``
+  more (``--repetitions``), and the difference is divided by ``k`` x :data:`W2_EVENTS`.
+  Their counts move by about 0.5% from run to run: how many events a commit carries
+  depends on how the two threads take turns.
 """
 
 from __future__ import annotations
@@ -39,6 +56,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import trio
 
@@ -46,12 +64,34 @@ from runtime import MemoryStore, NewEvent, open_runtime
 
 from ..harness.core import PAYLOAD, encode_payload
 
-__all__ = ["REPEATS", "WARM_UP", "callgrind_per_append", "floor_loop", "tidelog_loop"]
+if TYPE_CHECKING:
+    from ..workloads.w2_group_commit import Run
+
+__all__ = [
+    "REPEATS",
+    "W2_APPENDS",
+    "W2_EVENTS",
+    "W2_REPETITIONS",
+    "W2_SESSIONS",
+    "WARM_UP",
+    "callgrind_per_append",
+    "floor_loop",
+    "raw_w2_main",
+    "tidelog_loop",
+    "w2_loop",
+]
 
 #: Appends before the counted ones (the actor, the lease and every cache are warm).
 WARM_UP = 200
 #: Timed runs per measurement of ``python -m bench.probes.per_append``.
 REPEATS = 5
+#: W2's shape (at scale 1): sessions, and awaited appends of one event per session.
+W2_SESSIONS = 100
+W2_APPENDS = 50
+#: Events of one repetition of W2's shape: the unit of the ``w2-*`` systems' counts.
+W2_EVENTS = W2_SESSIONS * W2_APPENDS
+#: Repetitions after the warm-up one that the ``w2-*`` systems count unless told.
+W2_REPETITIONS = 2
 _ROOT = Path(__file__).resolve().parents[2]
 
 
@@ -131,19 +171,68 @@ async def w1b_rawfile_loop(n: int) -> float:
             os.close(fd)
 
 
+async def raw_w2_main(path: Path, compiled: bool = False) -> Run:
+    """One repetition of W2's raw apsw group-commit loop at NORMAL on format 4's layout
+    (``W2/raw-normal-v4``, or with ``compiled`` the compiled encoder's
+    ``W2/raw-normal-v4-compiled``), on a new database at ``path``."""
+    # Imported here: bench.workloads imports W11's module, which imports this one (and
+    # W11's program imports nothing it does not run).
+    from ..references.raw_sqlite import encode_compiled, open_raw
+    from ..workloads.w2_group_commit import RawGroupCommit, raw_run
+
+    conn = open_raw(path, "NORMAL", "commit-order")
+    try:
+        encode = encode_compiled if compiled else encode_payload
+        return await raw_run(RawGroupCommit(conn, encode=encode), W2_SESSIONS, W2_APPENDS)
+    finally:
+        conn.close()
+
+
+def _w2_once(system: str, path: Path) -> Run:
+    """One repetition of the ``w2-*`` ``system`` in its own ``trio.run``."""
+    from ..workloads.w2_group_commit import tidelog_main
+
+    if system == "w2-tidelog":
+        return trio.run(tidelog_main, path, "normal", W2_SESSIONS, W2_APPENDS)
+    return trio.run(raw_w2_main, path, system == "w2-raw-compiled")
+
+
+def w2_loop(system: str, repetitions: int) -> float:
+    """Seconds of W2's timed regions in ``repetitions`` repetitions of ``system`` (one of
+    the ``w2-*`` systems) after one warm-up repetition that is not counted; each in its
+    own ``trio.run`` on a fresh database file of one temporary directory."""
+    elapsed = 0.0
+    with tempfile.TemporaryDirectory(prefix="tidelog-w2-") as tmp:
+        for i in range(1 + repetitions):
+            run = _w2_once(system, Path(tmp) / f"w2-{i}.db")
+            if run.events != W2_EVENTS:
+                raise RuntimeError(f"{system}: {run.events} events, not {W2_EVENTS}")
+            if i > 0:
+                elapsed += run.elapsed
+    return elapsed
+
+
 _LOOPS = {
     "tidelog": tidelog_loop,
     "floor": floor_loop,
     "w1b-jsonl": w1b_jsonl_loop,
     "w1b-rawfile": w1b_rawfile_loop,
 }
+#: W2's shape, per event (:func:`w2_loop`; ``n`` counts repetitions of :data:`W2_EVENTS`).
+_W2_SYSTEMS = ("w2-tidelog", "w2-raw", "w2-raw-compiled")
 #: What ``python -m bench.probes.per_append`` measures unless ``--system`` says otherwise.
 _DEFAULT = ("tidelog", "floor")
 
 
+def _unit(system: str) -> str:
+    return "awaited append" if system in ("tidelog", "floor") else "event"
+
+
 def callgrind_per_append(system: str, n: int) -> float:
-    """Instructions per append of ``system`` ("tidelog" or "floor"): two runs under
-    callgrind, of 0 and of ``n`` appends, side by side; their difference over ``n``.
+    """Instructions per append of ``system`` ("tidelog" or "floor"; per event of the
+    others): two runs under callgrind, of 0 and of ``n`` appends, side by side; their
+    difference over ``n``. For the ``w2-*`` systems ``n`` counts repetitions after the
+    warm-up one and the difference is over ``n`` x :data:`W2_EVENTS`.
 
     Raises :class:`RuntimeError` if valgrind is missing or a run fails."""
     valgrind = shutil.which("valgrind")
@@ -180,7 +269,8 @@ def callgrind_per_append(system: str, n: int) -> float:
             if proc.returncode != 0 or found is None:
                 raise RuntimeError(f"callgrind run failed: {err.decode(errors='replace')[-2000:]}")
             counts.append(int(found.group(1)))
-    return (counts[1] - counts[0]) / n
+    events = n * W2_EVENTS if system in _W2_SYSTEMS else n
+    return (counts[1] - counts[0]) / events
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -188,29 +278,47 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--callgrind", action="store_true", help="count instructions")
     parser.add_argument("--appends", type=int, default=None, help="appends per run")
     parser.add_argument(
+        "--repetitions",
+        type=int,
+        default=None,
+        help=f"counted repetitions of W2's {W2_EVENTS:,} events per run of the w2-* systems "
+        f"(default {W2_REPETITIONS}; one warm-up repetition is always run before them)",
+    )
+    parser.add_argument(
         "--system",
         action="append",
-        choices=sorted(_LOOPS),
+        choices=sorted([*_LOOPS, *_W2_SYSTEMS]),
         help="what to measure (repeatable; default: tidelog and floor). The w1b-* loops "
-        "are W1b on the JSONL store and its raw file reference, per event, both threads",
+        "are W1b on the JSONL store and its raw file reference, per event, both threads; "
+        "the w2-* ones W2 at NORMAL (tidelog, the raw loop on format 4's layout with the "
+        "stdlib or the compiled encoder), per event, both threads",
     )
     parser.add_argument("--run", nargs=2, metavar=("SYSTEM", "N"), help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.run is not None:  # the program callgrind measures
         system, count = args.run
-        trio.run(_LOOPS[system], int(count))
+        if system in _W2_SYSTEMS:
+            w2_loop(system, int(count))
+        else:
+            trio.run(_LOOPS[system], int(count))
         return 0
     for system in args.system or _DEFAULT:
+        unit = _unit(system)
+        w2 = system in _W2_SYSTEMS
         if args.callgrind:
-            n = args.appends or 1000
+            n = (args.repetitions or W2_REPETITIONS) if w2 else (args.appends or 1000)
+            counted = f"{n} repetitions of {W2_EVENTS:,} events" if w2 else f"{n} {unit}s"
             per = callgrind_per_append(system, n)
-            unit = "event" if system.startswith("w1b") else "awaited append"
-            print(f"{system}: {per:,.0f} instructions per {unit} ({n} {unit}s)")
+            print(f"{system}: {per:,.0f} instructions per {unit} ({counted})")
+        elif w2:
+            n = args.repetitions or W2_REPETITIONS
+            times = [w2_loop(system, n) for _ in range(REPEATS)]
+            per_us = statistics.median(times) / (n * W2_EVENTS) * 1e6
+            print(f"{system}: {per_us:.2f} us per event (median of {REPEATS}, timed region)")
         else:
             n = args.appends or 20_000
             times = [trio.run(_LOOPS[system], n) for _ in range(REPEATS)]
             per_us = statistics.median(times) / n * 1e6
-            unit = "event" if system.startswith("w1b") else "awaited append"
             print(f"{system}: {per_us:.2f} us per {unit} (median of {REPEATS})")
     return 0
 
