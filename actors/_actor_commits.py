@@ -146,8 +146,12 @@ class ActorCommits(ActorLife):
             self.retry_at = 0.0
         if pending:
             self.writer.submit(self, urgent=True)
-        if self._parked:
-            self.wake_waiters()
+        parked = self._parked
+        if parked:  # wake_waiters(), inline: every commit of a waited-for write comes here
+            self._parked = {}
+            reschedule = trio.lowlevel.reschedule
+            for task in parked:
+                reschedule(task)
         return True
 
     def commit_failed(self, error: TidelogError, now: float) -> None:

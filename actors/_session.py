@@ -180,7 +180,7 @@ class SessionActor(ActorCommits):
             await trio.lowlevel.checkpoint()
             return self.accepted_head
         writer = self.writer
-        leads = writer.lead(self)
+        leads = writer.inline and writer.lead(self)  # (no call where none can lead)
         if leads:
             # writer.lead_yield(self), inline (one coroutine fewer on every awaited append)
             try:

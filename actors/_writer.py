@@ -96,8 +96,9 @@ class GroupCommitWriter:
         self.running = False
         #: Set when the runtime closes (stops) the writer on purpose.
         self.closed = False
-        #: A non-blocking store (memory), called on the event loop (see StoreLane).
-        self._inline = not lane.store.capabilities.blocking
+        #: A non-blocking store (memory), called on the event loop (see StoreLane): only
+        #: then may a caller lead a batch (:meth:`lead`).
+        self.inline = not lane.store.capabilities.blocking
         #: A store that fsyncs every commit (``synchronous="full"``).
         self._every_commit_syncs = lane.store.capabilities.syncs_every_commit
         self._next_batch = 1
@@ -141,7 +142,7 @@ class GroupCommitWriter:
         (Whatever wakes the writer task leaves one of those behind, so its wake event
         need not be read here; and a task woken for nothing makes an empty pass.)"""
         if (
-            self._inline
+            self.inline
             and self.running
             and not (self._dirty or self._leading or self._busy or self._sync_requested)
             and self._crash is None
@@ -383,7 +384,7 @@ class GroupCommitWriter:
             self._next_batch += 1
             self._sync_requested = False
             try:
-                if self._inline:
+                if self.inline:
                     # A non-blocking store (memory) is called right here: no hop, and no
                     # extra trip through the scheduler (the loop yields at its next wait).
                     lane = self.lane
