@@ -36,9 +36,16 @@ def recorded(path: pathlib.Path) -> list[str]:
     return path.read_text().split() if path.exists() else []
 
 
-def fan_out(record: Record, *, fail_once: set[str] | None = None) -> StateGraph[Any]:
+def fan_out(
+    record: Record,
+    *,
+    fail_once: set[str] | None = None,
+    before_failing: Callable[[], None] | None = None,
+) -> StateGraph[Any]:
     """start -> (left, right in parallel) -> join; a node named in ``fail_once`` raises
-    the first time it runs."""
+    the first time it runs, after ``before_failing()`` returned (LangGraph cancels the
+    branches still running when one fails: a test that wants the sibling's result kept
+    waits there until the saver has it)."""
     failing = set(fail_once or ())
 
     def node(name: str) -> Any:
@@ -46,6 +53,8 @@ def fan_out(record: Record, *, fail_once: set[str] | None = None) -> StateGraph[
             record(name)
             if name in failing:
                 failing.discard(name)
+                if before_failing is not None:
+                    before_failing()
                 raise RuntimeError(f"{name} failed once")
             return {"log": [name]}
 

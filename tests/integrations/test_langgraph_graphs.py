@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import asyncio
 import pathlib
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
@@ -29,11 +30,33 @@ def config(thread: str) -> Any:
     return {"configurable": {"thread_id": thread}}
 
 
+def until_kept(saver: TidelogSaver, thread: str, node: str) -> Callable[[], None]:
+    """A ``before_failing`` hook: wait (in the failing node's worker thread, for at most
+    10 s) until the saver holds ``node``'s write as a pending write of ``thread``, so the
+    failure cancels no branch that is still running, however loaded the machine."""
+
+    def wait() -> None:
+        deadline = time.monotonic() + 10.0
+        while time.monotonic() < deadline:
+            found = saver.get_tuple(config(thread))
+            if found is not None and any(
+                channel == "log" and value == [node]
+                for _, channel, value in found.pending_writes or ()
+            ):
+                return
+            time.sleep(0.005)  # a worker thread waiting on another one's commit
+        raise AssertionError(f"{node}'s write was never kept")
+
+    return wait
+
+
 def test_failed_parallel_branch_reruns_alone(saver: TidelogSaver) -> None:
     """A parallel branch that fails once: on resume only that node runs again; its
     sibling's result comes from the pending writes the saver kept."""
     calls: list[str] = []
-    graph = fan_out(calls.append, fail_once={"right"}).compile(checkpointer=saver)
+    graph = fan_out(
+        calls.append, fail_once={"right"}, before_failing=until_kept(saver, "t", "left")
+    ).compile(checkpointer=saver)
     with pytest.raises(RuntimeError, match="right failed once"):
         graph.invoke({"log": []}, config("t"))
     assert sorted(calls) == ["left", "right", "start"]
@@ -50,7 +73,9 @@ def test_failed_parallel_branch_reruns_alone(saver: TidelogSaver) -> None:
 def test_failed_parallel_branch_reruns_alone_async(saver: TidelogSaver) -> None:
     """The same through ainvoke on an asyncio loop."""
     calls: list[str] = []
-    graph = fan_out(calls.append, fail_once={"left"}).compile(checkpointer=saver)
+    graph = fan_out(
+        calls.append, fail_once={"left"}, before_failing=until_kept(saver, "a", "right")
+    ).compile(checkpointer=saver)
 
     async def main() -> dict[str, Any]:
         with pytest.raises(RuntimeError, match="left failed once"):
