@@ -82,42 +82,53 @@ _FAST_DECODE: Callable[[str | bytes], Any] = _first_decode
 _STDLIB_DECODE: Callable[[str], Any] = json.JSONDecoder().decode
 
 #: What the fast encoder may be given without a look inside (floats are checked apart).
-_LEAVES = frozenset((str, int, bool, type(None)))
+_LEAVES: frozenset[type] = frozenset((str, int, bool, type(None)))
 
 
-def _plain(value: Any, depth: int) -> bool:
+def _plain(
+    value: Any,
+    depth: int,
+    # Bound once, read as locals: the walk runs for every value of every event.
+    _leaves: frozenset[type] = _LEAVES,
+    _type: type[type] = type,
+    _dict: type = dict,
+    _list: type = list,
+    _str: type = str,
+    _float: type = float,
+) -> bool:
     """Is ``value`` (at nesting level ``depth``) made only of the exact JSON types, with
     finite floats and ``str`` keys, nested at most :data:`MAX_NESTING` levels? (Recursive:
     a value this walk passes nests at most :data:`MAX_NESTING` levels.) ``x - x`` is
-    ``0.0`` for a finite float and NaN for NaN and the infinities."""
-    kind = type(value)
-    if kind is dict:
+    ``0.0`` for a finite float and NaN for NaN and the infinities. The parameters after
+    ``depth`` are never passed."""
+    kind = _type(value)
+    if kind is _dict:
         for key, item in value.items():
-            if type(key) is not str:
+            if _type(key) is not _str:
                 return False
-            item_kind = type(item)
-            if item_kind in _LEAVES:
+            item_kind = _type(item)
+            if item_kind is _str or item_kind in _leaves:  # (str, the usual leaf, first)
                 continue
-            if item_kind is float:
+            if item_kind is _float:
                 if item - item != 0.0:
                     return False
             elif depth >= MAX_NESTING or not _plain(item, depth + 1):
                 return False
         return True
-    if kind is list:
+    if kind is _list:
         for item in value:
-            item_kind = type(item)
-            if item_kind in _LEAVES:
+            item_kind = _type(item)
+            if item_kind is _str or item_kind in _leaves:
                 continue
-            if item_kind is float:
+            if item_kind is _float:
                 if item - item != 0.0:
                     return False
             elif depth >= MAX_NESTING or not _plain(item, depth + 1):
                 return False
         return True
-    if kind is float:
+    if kind is _float:
         return bool(value - value == 0.0)
-    return kind in _LEAVES
+    return kind in _leaves
 
 
 def json_text(value: object, index: int | None, kind: object) -> tuple[str, int]:
