@@ -87,6 +87,11 @@ class GroupCommitWriter:
         self._watched: set[ActorCommits] = set()
         self._wake = trio.Event()
         self._urgent = trio.Event()
+        #: What :meth:`submit` has set of the two events since they were made: 0 neither,
+        #: 1 ``_wake``, 2 both. Every later submission of a batch skips the two calls; a
+        #: lower value than the events' own state (another caller set them) only costs a
+        #: call that changes nothing.
+        self._signalled = 0
         #: Tasks waiting for the next batch to finish (committed or failed), and how
         #: many they are (an int is cheaper to test than the lot, every batch).
         self._progress = trio.lowlevel.ParkingLot()
@@ -128,9 +133,12 @@ class GroupCommitWriter:
         if self._leading:  # the leading caller takes it (or hands it over, see lead_done)
             self._lead_urgent = self._lead_urgent or urgent
             return
-        self._wake.set()
-        if urgent:
-            self._urgent.set()
+        level = 2 if urgent else 1
+        if self._signalled < level:  # the batch's first submission (of its urgency)
+            self._signalled = level
+            self._wake.set()
+            if urgent:
+                self._urgent.set()
 
     def lead(self, actor: ActorCommits) -> bool:
         """Does the calling task make the next batch itself? True if the store is
@@ -297,6 +305,7 @@ class GroupCommitWriter:
                     raise self._crash
                 self._wake = trio.Event()
                 self._urgent = trio.Event()
+                self._signalled = 0
                 await self.commit_batch()
         finally:
             self.running = False
