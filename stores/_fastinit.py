@@ -4,7 +4,8 @@ An ``@attrs.frozen`` class's generated ``__init__`` must step around its own
 ``__setattr__`` (which refuses every assignment): it sets each field through
 ``object.__setattr__``, looked up by name. For the values every append makes -- a
 :class:`~stores.NewEvent` and a :class:`~stores.PreparedEvent` per event, an
-:class:`~stores.AppendOp` per batch op -- that is about a quarter of the instructions
+:class:`~stores.AppendOp` per batch op -- and every read makes -- a
+:class:`~stores.StoredEvent` per event -- that is about a quarter of the instructions
 of making them. Those classes bring their own ``__init__`` (attrs' ``init=False``) that
 stores each field through its slot's own descriptor, got from :func:`slot_setters`: the
 same value (equal, same hash and repr, frozen), made for less.

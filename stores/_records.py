@@ -88,7 +88,7 @@ class NewEvent:
 _set_kind, _set_data, _set_run_id = slot_setters(NewEvent)
 
 
-@attrs.frozen
+@attrs.frozen(init=False)
 class StoredEvent:
     """An event as stored: ``seq`` is 1-based and gapless per session; ``ts`` is the commit
     time in float seconds since the epoch, shared by all events of one append."""
@@ -99,6 +99,27 @@ class StoredEvent:
     kind: str
     data: JSON
     run_id: str | None = None
+
+    def __init__(
+        self, session_id: str, seq: int, ts: float, kind: str, data: JSON, run_id: str | None = None
+    ) -> None:
+        # as NewEvent's (one per event of every read: a cold load makes thousands)
+        _set_session_id(self, session_id)
+        _set_seq(self, seq)
+        _set_ts(self, ts)
+        _set_stored_kind(self, kind)
+        _set_stored_data(self, data)
+        _set_stored_run_id(self, run_id)
+
+
+(
+    _set_session_id,
+    _set_seq,
+    _set_ts,
+    _set_stored_kind,
+    _set_stored_data,
+    _set_stored_run_id,
+) = slot_setters(StoredEvent)
 
 
 @attrs.frozen

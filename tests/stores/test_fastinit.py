@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from stores import AppendOp, NewEvent, PreparedEvent
+from stores import AppendOp, NewEvent, PreparedEvent, StoredEvent
 from stores._fastinit import slot_setters
 
 
@@ -21,7 +21,7 @@ def _generated(cls: type) -> type:
     return attrs.make_class(cls.__name__, fields, frozen=True)
 
 
-_REFERENCE = {cls: _generated(cls) for cls in (NewEvent, PreparedEvent, AppendOp)}
+_REFERENCE = {cls: _generated(cls) for cls in (NewEvent, PreparedEvent, AppendOp, StoredEvent)}
 
 
 _JSON = st.recursive(
@@ -74,6 +74,35 @@ def test_an_append_op_takes_its_arguments_as_attrs_would() -> None:
     assert AppendOp("s", events, 1) == AppendOp("s", events, expected_head=1)
     assert hash(AppendOp("s", events, 1)) == hash(AppendOp("s", events, expected_head=1))
     assert attrs.evolve(AppendOp("s", events), retry=True).retry is True
+
+
+@given(
+    st.text(), st.integers(), st.floats(allow_nan=False), st.text(), _JSON, st.none() | st.text()
+)
+def test_a_stored_event_takes_its_arguments_as_attrs_would(
+    session_id: str, seq: int, ts: float, kind: str, data: Any, run_id: str | None
+) -> None:
+    """Positional, keyword and default arguments land in the same fields; the value is
+    frozen, and equal values hash alike."""
+    reference = _REFERENCE[StoredEvent]
+    for made, expected in [
+        (
+            StoredEvent(session_id, seq, ts, kind, data, run_id),
+            reference(session_id, seq, ts, kind, data, run_id),
+        ),
+        (StoredEvent(session_id, seq, ts, kind, data), reference(session_id, seq, ts, kind, data)),
+        (
+            StoredEvent(session_id=session_id, seq=seq, ts=ts, kind=kind, data=data),
+            reference(session_id=session_id, seq=seq, ts=ts, kind=kind, data=data),
+        ),
+    ]:
+        assert attrs.astuple(made, recurse=False) == attrs.astuple(expected, recurse=False)
+        assert repr(made).split("(", 1)[1] == repr(expected).split("(", 1)[1]
+    made = StoredEvent(session_id, seq, ts, kind, "text", run_id)
+    assert made == StoredEvent(session_id, seq, ts, kind, "text", run_id)
+    assert hash(made) == hash(StoredEvent(session_id, seq, ts, kind, "text", run_id))
+    with pytest.raises(attrs.exceptions.FrozenInstanceError):
+        made.seq = 0  # type: ignore[misc]
 
 
 @attrs.frozen(init=False)
