@@ -599,14 +599,24 @@ def test_packed_windows_read_back_exactly(
 
 @pytest.mark.parametrize(
     "text",
-    ["{'a':1}", "[1,2,]", "0x10", "{a:1}", '{"a":1', "not json"],
-    ids=["json5-quotes", "json5-comma", "json5-hex", "json5-key", "cut", "garbage"],
+    ["{'a':1}", "[1,2,]", "0x10", "{a:1}", '{"a":1', "not json", '1,"x",null],[3', b'{"i":1}'],
+    ids=[
+        "json5-quotes",
+        "json5-comma",
+        "json5-hex",
+        "json5-key",
+        "cut",
+        "garbage",
+        "splice",
+        "blob",
+    ],
 )
 def test_damaged_text_in_a_window_is_store_corrupt(
-    open_store: Callable[..., SqliteStore], raw: Callable[..., apsw.Connection], text: str
+    open_store: Callable[..., SqliteStore], raw: Callable[..., apsw.Connection], text: str | bytes
 ) -> None:
     """A stored event text that is not strict JSON -- also one SQLite's own JSON parser
-    would accept and rewrite (JSON5) -- makes a bounded-window read raise
+    would accept and rewrite (JSON5), one that would change the packed window's shape if
+    it were spliced in unchecked, and a BLOB -- makes a bounded-window read raise
     StoreCorruptError, exactly as a whole read does; the other events are unaffected."""
     store = open_store()
     store.append("s", [NewEvent("k", {"i": i}) for i in range(4)])
