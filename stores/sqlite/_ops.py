@@ -423,20 +423,24 @@ def packed_events(
     instructions per W4 read). The splice is safe because the same statement proves every
     ``data`` in the window is text and strict JSON (``json_valid(data, 1)``), so each is
     one self-delimiting value; ``kind`` and ``run_id`` are quoted by ``json_quote``,
-    ``seq`` is a JSON integer and ``ts`` is printed with 17 significant digits (enough for
-    any double).
+    ``seq`` is a JSON integer and ``ts`` a JSON number with 17 significant digits and a
+    point (``%!.17g``: enough for any double, and read back as a float, to the bit, by
+    the compiled decoder).
 
-    ``None`` when the window must be read row by row, which reports damage precisely: a
-    stored data that is not strict JSON text (SQLite's parser also accepts JSON5; a BLOB
-    of JSON bytes passes ``json_valid``, hence the ``typeof``) or that SQLite cannot
-    parse. Raises :class:`apsw.TooBigError` when the packed text
-    would pass the connection's length limit (the caller reads row by row too)."""
+    ``None`` when the window must be read row by row, which reports damage precisely, or
+    reads what only it can: a stored data that is not strict JSON text (SQLite's parser
+    also accepts JSON5; a BLOB of JSON bytes passes ``json_valid``, hence the ``typeof``),
+    a text SQLite cannot parse, or a ``ts`` that is not a finite REAL (no JSON number
+    spells an infinity; an INTEGER comes back as stored). Raises :class:`apsw.TooBigError`
+    when the packed text would pass the connection's length limit (the caller reads row
+    by row too)."""
     try:
         packed, strict = one(
             conn,
-            "SELECT '[' || group_concat(printf('[%d,\"%!.17g\",%s,%s,%s]', seq, ts, "
+            "SELECT '[' || group_concat(printf('[%d,%!.17g,%s,%s,%s]', seq, ts, "
             "json_quote(kind), data, json_quote(run_id)), ',' ORDER BY seq) || ']', "
-            "min(typeof(data) = 'text' AND json_valid(data, 1)) FROM (SELECT seq, ts, "
+            "min(typeof(data) = 'text' AND json_valid(data, 1) AND typeof(ts) = 'real' "
+            "AND abs(ts) <= 1.7976931348623157e308) FROM (SELECT seq, ts, "
             "kind, data, run_id FROM events WHERE sid=? AND seq>? AND seq<=? "
             + ("ORDER BY seq DESC LIMIT ?)" if from_end else "ORDER BY seq LIMIT ?)"),
             (sid, since, until, limit),
@@ -450,7 +454,7 @@ def packed_events(
     try:
         rows = cast(list[list[Any]], decode_json(packed))
         return [
-            StoredEvent(session_id, seq, float(ts), kind, data, run_id)
+            StoredEvent(session_id, seq, ts, kind, data, run_id)
             for seq, ts, kind, data, run_id in rows
         ]
     except (ValueError, TypeError, RecursionError) as exc:
