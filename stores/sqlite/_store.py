@@ -11,6 +11,7 @@ commit), with ``"full"`` at every commit. See ``docs/durability.md``.
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import threading
 import time
@@ -53,7 +54,7 @@ from .._records import (
 )
 from . import _auxiliary as aux
 from . import _ops as sqlops
-from ._connection import in_savepoint, map_errors, one, transaction
+from ._connection import WriteTransaction, in_savepoint, map_errors, one, transaction
 from ._leases import SqliteLeases
 from ._lineage import find_run as lineage_find_run
 from ._lineage import fork_session, ranges_of
@@ -220,11 +221,7 @@ class SqliteStore(SqliteLeases, SqliteMaintenance, BatchingStore):
         see :func:`~stores.sqlite._connection.map_errors`); a write is refused on a read-only
         store, after the closed check."""
         with self._lock:
-            conn = self._conn
-            if conn is None:
-                raise ClosedError(f"{what}: this SqliteStore was closed")
-            if write and self.read_only:
-                raise ReadOnlyError(what, f"this SqliteStore of {self.path!r} is read-only")
+            conn = self._open(what, write)
             watch = self._ro if self._ro is not None and self._ro.watched is not None else None
             if watch is None:
                 with map_errors(what, writing=write):
@@ -245,34 +242,49 @@ class SqliteStore(SqliteLeases, SqliteMaintenance, BatchingStore):
             if watch.changed():
                 raise Reread  # what was read may mix two versions of the file
 
-    @contextmanager
+    def _open(self, what: str, write: bool) -> apsw.Connection:
+        """The connection for one operation, under the lock; raises
+        :class:`~stores.ClosedError` once closed, and for a ``write``
+        :class:`~stores.ReadOnlyError` on a read-only store."""
+        conn = self._conn
+        if conn is None:
+            raise ClosedError(f"{what}: this SqliteStore was closed")
+        if write and self.read_only:
+            raise ReadOnlyError(what, f"this SqliteStore of {self.path!r} is read-only")
+        return conn
+
     def _write(
         self, what: str, *, sync: bool = False, fast_append: bool = False, touch: bool = False
-    ) -> Iterator[apsw.Connection]:
-        """One ``BEGIN IMMEDIATE`` transaction; rolled back whole on any exception.
+    ) -> WriteTransaction:
+        """One ``BEGIN IMMEDIATE`` transaction; rolled back whole on any exception
+        (:class:`~stores.sqlite._connection.WriteTransaction`).
 
         Any write but the append fast path's (``fast_append``) may change heads or leases
         behind that path's memory (:class:`~stores.sqlite._ops.KnownHeads`): it is forgotten.
         ``touch`` writes a counter, for a ``sync`` transaction that writes nothing else
         (an empty transaction would not reach the WAL, so it would not fsync it).
         """
-        with self._connection(what, write=True) as conn:
-            if not fast_append:
-                self._known.forget()
-            full = sync and self.synchronous == "normal"
-            if full:
-                conn.execute("PRAGMA synchronous=FULL")
-            try:
-                with transaction(conn, "BEGIN IMMEDIATE"):
-                    yield conn
-                    if touch:
-                        conn.execute("UPDATE meta SET value=value+1 WHERE key='sync_epoch'")
-                self._unsynced = not (full or self.synchronous == "full")
-                if self.wal_pages >= CHECKPOINT_FALLBACK_PAGES:
-                    self._fallback_checkpoint(conn)
-            finally:
-                if full:
-                    conn.execute("PRAGMA synchronous=NORMAL")
+        return WriteTransaction(
+            self._lock,
+            functools.partial(self._open_write, what, fast_append),
+            what,
+            full=sync and self.synchronous == "normal",
+            touch=touch,
+            committed=self._committed,
+        )
+
+    def _open_write(self, what: str, fast_append: bool) -> apsw.Connection:
+        conn = self._open(what, True)
+        if not fast_append:
+            self._known.forget()
+        return conn
+
+    def _committed(self, conn: apsw.Connection, full: bool) -> None:
+        """After a write's COMMIT (under the lock): is it fsynced yet, and the fallback
+        checkpoint if this commit left too many WAL frames."""
+        self._unsynced = not (full or self.synchronous == "full")
+        if self.wal_pages >= CHECKPOINT_FALLBACK_PAGES:
+            self._fallback_checkpoint(conn)
 
     # -- writes ------------------------------------------------------------------------
 
