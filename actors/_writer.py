@@ -321,12 +321,20 @@ class GroupCommitWriter:
         targets: list[tuple[ActorCommits, ...]] = []
         ops: list[WriteOp] = []
         events = 0
+        max_ops = self.max_ops
         for actor in list(dirty):
-            if len(ops) >= self.max_ops:
+            if len(ops) >= max_ops:
                 self._wake.set()
                 break
             if actor not in dirty:
                 continue  # taken as a member of a group already
+            append = actor.take_op(True)  # the usual op: plain appends, no backoff
+            if append is not None:
+                del dirty[actor]
+                targets.append((actor,))
+                ops.append(append)
+                events += len(append.events)
+                continue
             front = actor.front
             if front is None:
                 del dirty[actor]
