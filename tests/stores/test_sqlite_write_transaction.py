@@ -61,6 +61,13 @@ def _rows(conn: apsw.Connection) -> list[tuple[int, str]]:
     return [(int(x), str(v)) for x, v in conn.execute("SELECT x, v FROM t ORDER BY x")]
 
 
+def _assert_rolled_back(write: _Write, conn: apsw.Connection) -> None:
+    """Nothing of the block was kept, no transaction is open, the lock is free."""
+    assert _rows(conn) == []
+    assert conn.get_autocommit()
+    assert write.lock_is_free()
+
+
 def test_a_write_commits_and_reports_it(conn: apsw.Connection) -> None:
     """The block's statements are committed, ``committed`` is called once, the lock is free."""
     write = _Write(conn)
@@ -84,10 +91,8 @@ def test_a_driver_error_in_the_block_rolls_back_and_is_translated(conn: apsw.Con
     with pytest.raises(StoreError) as caught:
         fail()
     assert isinstance(caught.value.__cause__, apsw.SQLError)
-    assert _rows(conn) == []
     assert write.committed == []
-    assert conn.get_autocommit()
-    assert write.lock_is_free()
+    _assert_rolled_back(write, conn)
 
 
 def test_any_other_exception_rolls_back_and_passes_unchanged(conn: apsw.Connection) -> None:
@@ -101,9 +106,7 @@ def test_any_other_exception_rolls_back_and_passes_unchanged(conn: apsw.Connecti
 
     with pytest.raises(KeyError):
         fail()
-    assert _rows(conn) == []
-    assert conn.get_autocommit()
-    assert write.lock_is_free()
+    _assert_rolled_back(write, conn)
 
 
 def test_a_busy_database_refuses_the_begin_with_store_busy(
@@ -181,9 +184,7 @@ def test_touch_bumps_the_counter_in_the_same_transaction(conn: apsw.Connection) 
     conn.execute("DROP TABLE meta")
     with pytest.raises(StoreError), write(touch=True) as c:
         c.execute("INSERT INTO t VALUES (1, 'a')")
-    assert _rows(conn) == []  # the failed bump rolled the block back
-    assert conn.get_autocommit()
-    assert write.lock_is_free()
+    _assert_rolled_back(write, conn)  # the failed bump rolled the block back
 
 
 def test_a_failing_committed_hook_is_reported_after_the_commit(conn: apsw.Connection) -> None:
