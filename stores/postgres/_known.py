@@ -28,6 +28,7 @@ from collections.abc import Mapping, Sequence
 from .._contract import AppendOp, BatchResult
 from ._connection import EVERYTHING, MAX_PAYLOAD_BYTES, notify_payload
 from ._ops import NOW
+from ._packed import ints, nullable_texts, pack_ints, pack_nullable_texts, pack_texts, texts
 
 __all__ = [
     "APPEND_KNOWN",
@@ -56,16 +57,15 @@ APPEND_KNOWN = f"""
 WITH now AS MATERIALIZED (SELECT {NOW} AS t),
 upd AS (
     UPDATE sessions AS s SET head = s.head + o.c, updated_at = now.t
-    FROM unnest(%(sids)b::bigint[], %(expected)b::bigint[], %(counts)b::bigint[])
-        AS o(sid, x, c), now
+    FROM unnest({ints("sids")}, {ints("expected")}, {ints("counts")}) AS o(sid, x, c), now
     WHERE s.sid = o.sid AND s.head = o.x
         AND (%(owner)s::text IS NULL OR s.owner = %(owner)s::text)
     RETURNING 1),
 ev AS (
     INSERT INTO events(sid, seq, ts, kind, data, run_id)
     SELECT e.sid, e.seq, now.t, e.kind, e.data, e.run_id
-    FROM unnest(%(ev_sids)b::bigint[], %(seqs)b::bigint[], %(kinds)b::text[],
-        %(datas)b::text[], %(run_ids)b::text[]) AS e(sid, seq, kind, data, run_id), now)
+    FROM unnest({ints("ev_sids")}, {ints("seqs")}, {texts("kinds")}, {texts("datas")},
+        {nullable_texts("run_ids")}) AS e(sid, seq, kind, data, run_id), now)
 SELECT CASE WHEN (SELECT count(*) FROM upd) < %(k)s THEN retry_batch() END,
     CASE WHEN %(channel)s::text IS NOT NULL THEN pg_notify(%(channel)s, %(payload)s) END,
     CASE WHEN %(sync)s THEN set_config('synchronous_commit', 'on', true) END
@@ -78,8 +78,8 @@ SELECT CASE WHEN (SELECT count(*) FROM upd) < %(k)s THEN retry_batch() END,
 APPEND_KNOWN_ONE_EACH = f"""
 WITH ops AS MATERIALIZED (
     SELECT o.sid, o.x, o.kind, o.data, o.run_id
-    FROM unnest(%(sids)b::bigint[], %(expected)b::bigint[], %(kinds)b::text[],
-        %(datas)b::text[], %(run_ids)b::text[]) AS o(sid, x, kind, data, run_id)),
+    FROM unnest({ints("sids")}, {ints("expected")}, {texts("kinds")}, {texts("datas")},
+        {nullable_texts("run_ids")}) AS o(sid, x, kind, data, run_id)),
 now AS MATERIALIZED (SELECT {NOW} AS t),
 upd AS (
     UPDATE sessions AS s SET head = s.head + 1, updated_at = now.t FROM ops, now
@@ -150,8 +150,8 @@ def known_one_each_args(
 ) -> tuple[dict[str, object], list[BatchResult]] | None:
     """The parameters of :data:`APPEND_KNOWN_ONE_EACH` for ``ops`` and the new heads it
     gives when it commits; ``None`` unless every op appends one event to a session of
-    ``sids`` at a given expected head, the sessions are distinct and one owner (or none)
-    writes them all."""
+    ``sids`` at a given expected head, the sessions are distinct, one owner (or none)
+    writes them all and their values can be packed (:mod:`stores.postgres._packed`)."""
     owner = ops[0].owner
     try:
         sid_list = [sids[op.session_id] for op in ops]
@@ -172,12 +172,17 @@ def known_one_each_args(
         payload = "\n".join(lines)
         if len(payload) > MAX_PAYLOAD_BYTES // 4 and len(payload.encode()) > MAX_PAYLOAD_BYTES:
             payload = EVERYTHING
+    kinds = pack_texts([event.kind for event in events])
+    datas = pack_texts([event.data_json for event in events])
+    run_ids = pack_nullable_texts([event.run_id for event in events])
+    if kinds is None or datas is None or run_ids is None:
+        return None
     args: dict[str, object] = {
-        "sids": sid_list,
-        "expected": expected,
-        "kinds": [event.kind for event in events],
-        "datas": [event.data_json for event in events],
-        "run_ids": [event.run_id for event in events],
+        "sids": pack_ints(sid_list),
+        "expected": pack_ints(expected),
+        "kinds": kinds,
+        "datas": datas,
+        "run_ids": run_ids,
         "owner": owner,
         "channel": channel,
         "payload": payload,
@@ -195,7 +200,8 @@ def known_args(
     it cannot take them: a session whose sid is not in ``sids``, ops of more than one
     owner, a session none of whose ops names its expected head, or ops of one session
     whose expected heads do not follow one another (one of them is bound to fail: the
-    general path gives each op its result)."""
+    general path gives each op its result), or values that cannot be packed
+    (:mod:`stores.postgres._packed`)."""
     owner = ops[0].owner
     start: dict[str, int | None] = {}
     count: dict[str, int] = {}
@@ -236,16 +242,19 @@ def known_args(
             run_ids.append(event.run_id)
         at_head[op.session_id] = at
         results.append(at)
+    packed = (pack_texts(kinds), pack_texts(datas), pack_nullable_texts(run_ids))
+    if None in packed:
+        return None
     args: dict[str, object] = {
-        "sids": [sids[session_id] for session_id in bases],
-        "expected": list(bases.values()),
-        "counts": [count[session_id] for session_id in bases],
+        "sids": pack_ints([sids[session_id] for session_id in bases]),
+        "expected": pack_ints(list(bases.values())),
+        "counts": pack_ints([count[session_id] for session_id in bases]),
         "owner": owner,
-        "ev_sids": ev_sids,
-        "seqs": seqs,
-        "kinds": kinds,
-        "datas": datas,
-        "run_ids": run_ids,
+        "ev_sids": pack_ints(ev_sids),
+        "seqs": pack_ints(seqs),
+        "kinds": packed[0],
+        "datas": packed[1],
+        "run_ids": packed[2],
         "channel": channel,
         "payload": None if channel is None else notify_payload(at_head),
         "sync": sync,

@@ -27,9 +27,11 @@ nine, no running sum, no creation branch).
 :mod:`stores.postgres._known`: one row operation per session per batch.
 
 One statement wins at every batch size (one round trip instead of four; ``python -m
-bench.probes.pg_paths``, figures in bench/HISTORY.md). Every array goes in binary format
-(``%b``): psycopg's text format escapes each JSON text with a regular expression, which
-costs more than everything else together.
+bench.probes.pg_paths``, figures in bench/HISTORY.md). Every column goes as one text
+parameter that the server splits (:mod:`stores.postgres._packed`): psycopg dumps a list
+element by element in Python, and its text format escapes each JSON text with a regular
+expression, which costs more than everything else together. A batch whose values cannot
+be packed (made without :func:`~stores.prepare_events`) takes the general path.
 
 The caller runs these statements (prepared) and translates errors.
 """
@@ -41,6 +43,7 @@ from typing import TypeGuard
 
 from .._contract import AppendOp, WriteOp
 from ._connection import MAX_PAYLOAD_BYTES
+from ._packed import ints, nullable_texts, pack_ints, pack_nullable_texts, pack_texts, texts
 
 __all__ = [
     "APPEND_MANY",
@@ -67,8 +70,8 @@ NOW = "extract(epoch FROM clock_timestamp())::float8"
 APPEND_MANY = f"""
 WITH ops AS MATERIALIZED (
     SELECT o.n, o.id, o.x, o.owner, o.c, o.h, sum(o.c) OVER (ORDER BY o.n) - o.c AS start
-    FROM unnest(%(ids)b::text[], %(expected)b::bigint[], %(owners)b::text[],
-        %(counts)b::int[], %(headers)b::text[]) WITH ORDINALITY AS o(id, x, owner, c, h, n)),
+    FROM unnest({texts("ids")}, {ints("expected")}, {nullable_texts("owners")},
+        {ints("counts", "int")}, {texts("headers")}) WITH ORDINALITY AS o(id, x, owner, c, h, n)),
 now AS MATERIALIZED (SELECT {NOW} AS t),
 upd AS (
     UPDATE sessions AS s SET head = s.head + ops.c, updated_at = now.t FROM ops, now
@@ -88,8 +91,8 @@ done AS (
 ev AS (
     INSERT INTO events(sid, seq, ts, kind, data, run_id)
     SELECT done.sid, done.head + e.n - ops.start, now.t, e.kind, e.data, e.run_id
-    FROM unnest(%(ev_op)b::int[], %(kinds)b::text[], %(datas)b::text[], %(run_ids)b::text[])
-        WITH ORDINALITY AS e(op, kind, data, run_id, n)
+    FROM unnest({ints("ev_op", "int")}, {texts("kinds")}, {texts("datas")},
+        {nullable_texts("run_ids")}) WITH ORDINALITY AS e(op, kind, data, run_id, n)
     JOIN ops ON ops.n = e.op JOIN done ON done.n = e.op, now)
 SELECT CASE WHEN r.k < %(k)s THEN retry_batch() END, r.heads,
     CASE WHEN r.k = %(k)s AND %(channel)s::text IS NOT NULL
@@ -111,8 +114,8 @@ FROM (SELECT count(*) AS k, array_agg(done.head + ops.c ORDER BY ops.n) AS heads
 APPEND_ONE_EACH = f"""
 WITH ops AS MATERIALIZED (
     SELECT o.n, o.id, o.x, o.kind, o.data, o.run_id
-    FROM unnest(%(ids)b::text[], %(expected)b::bigint[], %(kinds)b::text[],
-        %(datas)b::text[], %(run_ids)b::text[]) WITH ORDINALITY AS o(id, x, kind, data, run_id, n)),
+    FROM unnest({texts("ids")}, {ints("expected")}, {texts("kinds")}, {texts("datas")},
+        {nullable_texts("run_ids")}) WITH ORDINALITY AS o(id, x, kind, data, run_id, n)),
 now AS MATERIALIZED (SELECT {NOW} AS t),
 upd AS (
     UPDATE sessions AS s SET head = s.head + 1, updated_at = now.t FROM ops, now
@@ -144,15 +147,23 @@ def one_each(ops: Sequence[AppendOp]) -> bool:
 
 def append_one_each_args(
     ops: Sequence[AppendOp], channel: str | None, *, sync: bool
-) -> dict[str, object]:
-    """The parameters of :data:`APPEND_ONE_EACH` for ``ops`` (see :func:`one_each`)."""
+) -> dict[str, object] | None:
+    """The parameters of :data:`APPEND_ONE_EACH` for ``ops`` (see :func:`one_each`);
+    ``None`` if a value cannot be packed (:mod:`stores.postgres._packed`): the general
+    path takes the batch."""
     events = [op.events[0] for op in ops]
+    ids = pack_texts([op.session_id for op in ops])
+    kinds = pack_texts([event.kind for event in events])
+    datas = pack_texts([event.data_json for event in events])
+    run_ids = pack_nullable_texts([event.run_id for event in events])
+    if ids is None or kinds is None or datas is None or run_ids is None:
+        return None
     return {
-        "ids": [op.session_id for op in ops],
-        "expected": [op.expected_head for op in ops],
-        "kinds": [event.kind for event in events],
-        "datas": [event.data_json for event in events],
-        "run_ids": [event.run_id for event in events],
+        "ids": ids,
+        "expected": pack_ints([op.expected_head for op in ops]),
+        "kinds": kinds,
+        "datas": datas,
+        "run_ids": run_ids,
         "owner": ops[0].owner,
         "channel": channel,
         "sync": sync,
@@ -181,9 +192,10 @@ def plain_appends(ops: Sequence[WriteOp]) -> TypeGuard[Sequence[AppendOp]]:
 
 def append_many_args(
     ops: Sequence[AppendOp], channel: str | None, *, sync: bool
-) -> dict[str, object]:
+) -> dict[str, object] | None:
     """The parameters of :data:`APPEND_MANY` for ``ops`` (appends to distinct sessions):
-    one array per column, events flattened in op order (``ev_op``: each one's op)."""
+    one packed column each (:mod:`stores.postgres._packed`), events flattened in op order
+    (``ev_op``: each one's op); ``None`` if a value cannot be packed."""
     ids: list[str] = []
     expected: list[int | None] = []
     owners: list[str | None] = []
@@ -205,16 +217,21 @@ def append_many_args(
             kinds.append(event.kind)
             datas.append(event.data_json)
             run_ids.append(event.run_id)
+    columns = {
+        "ids": pack_texts(ids),
+        "owners": pack_nullable_texts(owners),
+        "headers": pack_texts(headers),
+        "kinds": pack_texts(kinds),
+        "datas": pack_texts(datas),
+        "run_ids": pack_nullable_texts(run_ids),
+    }
+    if None in columns.values():
+        return None
     return {
-        "ids": ids,
-        "expected": expected,
-        "owners": owners,
-        "counts": counts,
-        "headers": headers,
-        "ev_op": ev_op,
-        "kinds": kinds,
-        "datas": datas,
-        "run_ids": run_ids,
+        **columns,
+        "expected": pack_ints(expected),
+        "counts": pack_ints(counts),
+        "ev_op": pack_ints(ev_op),
         "channel": channel,
         "sync": sync,
         "k": len(ops),

@@ -300,8 +300,8 @@ class PostgresStore(PgReads, PgLeases, BatchingStore):
     ) -> list[BatchResult] | None:
         """The one-statement paths; ``None`` if nothing was written because an op needs
         the general path (a check failed, a resend, a session created concurrently, a
-        value PostgreSQL refuses, or several ops of one session that
-        :data:`~stores.postgres._known.APPEND_KNOWN` cannot take)."""
+        value PostgreSQL refuses or that cannot be packed, or several ops of one session
+        that :data:`~stores.postgres._known.APPEND_KNOWN` cannot take)."""
         if len(ops) == 1:  # a lone writer's awaited append: scalar parameters
             lone = known_path.known_one_args(ops[0], self._sids, self.channel, sync=sync)
             if lone is not None:
@@ -332,6 +332,8 @@ class PostgresStore(PgReads, PgLeases, BatchingStore):
             )
         else:
             sql, id_args = pgops.APPEND_MANY, pgops.append_many_args(ops, self.channel, sync=sync)
+        if id_args is None:  # values that cannot be packed
+            return None
         row = self._run_append(conn, sql, id_args)
         if row is None:
             return None
