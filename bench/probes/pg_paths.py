@@ -25,6 +25,12 @@ one event each to ``n`` distinct existing sessions, heads checked and moved, wit
 * ``no fence (floor)``: the events alone, inserted by sid at the client's seqs, no session
   row touched -- not a correct write (no check, no fence, no head): what the row update
   of every fenced variant costs;
+* ``head off the row, ...``: what a format whose head is not on the session row would
+  run (the head the last event's seq): each event inserted at ``expected + 1`` where the
+  event at ``expected`` exists (the primary key refuses a seq taken), under a lock that a
+  takeover, a truncation or a delete would conflict with -- the session row's ``FOR KEY
+  SHARE``, a shared advisory lock per session -- or none (not a fence: what the check
+  alone costs);
 * ``raw (its own table)``: the raw reference's statement (``bench.references.raw_pg``)
   on its own one-index table;
 * ``write_batch, 2 ops/session`` and ``..., no heads``: the store's public call with every
@@ -35,10 +41,11 @@ With ``--wal`` it also prints the WAL records and bytes one batch writes
 (``EXPLAIN (ANALYZE, WAL)`` of the one-statement variants: that statement's own records,
 whatever else the server runs).
 
-Every parameter is sent in binary format (``%b``): psycopg's text format escapes each
-element of an array of JSON texts with a regular expression, which costs more than the
-server's work (``bench/HISTORY.md``). It prints the median microseconds per
-batch over ``--rounds`` runs of ``--batches``.
+The store's statements get their columns packed as the store packs them
+(:mod:`stores.postgres._packed`); the probe's own arrays go in binary format (``%b``):
+psycopg's text format escapes each element of an array of JSON texts with a regular
+expression, which costs more than the server's work (``bench/HISTORY.md``). It prints
+the median microseconds per batch over ``--rounds`` runs of ``--batches``.
 """
 
 from __future__ import annotations
@@ -55,6 +62,7 @@ import psycopg
 from stores import AppendOp, PostgresStore, prepare_events
 from stores.postgres import _known as known
 from stores.postgres import _ops as pgops
+from stores.postgres import _packed as packed
 
 from ..harness.core import PAYLOAD, encode_payload
 
@@ -124,7 +132,7 @@ def via_pipeline(conn: psycopg.Connection[Any], ids: list[str]) -> None:
 
 
 def via_statement(
-    sql: str, make_args: Callable[..., dict[str, object]]
+    sql: str, make_args: Callable[..., dict[str, object] | None]
 ) -> Callable[[psycopg.Connection[Any], list[str]], None]:
     """One of the store's one-statement appends, run as the store runs it (prepared)."""
 
@@ -132,7 +140,9 @@ def via_statement(
         heads = dict(conn.execute("SELECT id, head FROM sessions").fetchall())
         event = tuple(prepare_events([_new_event()]))
         ops = [AppendOp(i, event, expected_head=heads[i]) for i in ids]
-        conn.execute(sql, make_args(ops, None, sync=False), prepare=True)
+        args = make_args(ops, None, sync=False)
+        assert args is not None  # prepare_events' values always pack
+        conn.execute(sql, args, prepare=True)
 
     return run
 
@@ -173,15 +183,85 @@ def via_floor(sids: dict[str, int]) -> Callable[[psycopg.Connection[Any], list[s
     return run
 
 
-def via_raw(conn: psycopg.Connection[Any], ids: list[str]) -> None:
-    """The raw reference's insert into its own table (``bench.references.raw_pg``)."""
-    (seq,) = conn.execute("SELECT coalesce(max(seq), 0) + 1 FROM raw_events").fetchone() or (1,)
-    data = encode_payload(PAYLOAD)
-    conn.execute(
-        "INSERT INTO raw_events SELECT * FROM unnest(%b::text[], %b::bigint[], %b::text[])",
-        (ids, [seq] * len(ids), [data] * len(ids)),
-        prepare=True,
+def via_raw() -> Callable[[psycopg.Connection[Any], list[str]], None]:
+    """The raw reference's insert into its own table (``bench.references.raw_pg``), at
+    seqs counted in the client (a ``max(seq)`` over the table would scan all of it)."""
+    seq = [0]
+
+    def run(conn: psycopg.Connection[Any], ids: list[str]) -> None:
+        seq[0] += 1
+        data = encode_payload(PAYLOAD)
+        conn.execute(
+            "INSERT INTO raw_events SELECT * FROM unnest(%b::text[], %b::bigint[], %b::text[])",
+            (ids, [seq[0]] * len(ids), [data] * len(ids)),
+            prepare=True,
+        )
+
+    return run
+
+
+#: The fences a head off the session row could have (see :func:`via_off_row`): the batch
+#: as :data:`stores.postgres._known.APPEND_KNOWN_ONE_EACH` packs it, each event inserted
+#: at ``expected + 1`` only where ``expected`` is the session's last seq (the events'
+#: primary key refuses a seq taken), and a lock against a concurrent takeover, truncation
+#: or delete: the session row's (``{lock}``), an advisory lock's, or none. The cost of
+#: each, not a design: a correct one would take the lock before the check reads.
+_OFF_ROW = """
+WITH ops AS MATERIALIZED (
+    SELECT o.sid, o.x, o.kind, o.data, o.run_id
+    FROM unnest({sids}, {expected}, {kinds}, {datas}, {run_ids}) AS o(sid, x, kind, data, run_id)),
+{lock}
+ev AS (
+    INSERT INTO events(sid, seq, ts, kind, data, run_id)
+    SELECT ops.sid, ops.x + 1, {now}, ops.kind, ops.data, ops.run_id FROM ops
+    WHERE ops.x = 0 OR EXISTS (SELECT FROM events AS e WHERE e.sid = ops.sid AND e.seq = ops.x)
+    RETURNING 1)
+SELECT (SELECT count(*) FROM ev){locked}
+"""
+
+_LOCKS = {
+    "row": "lk AS MATERIALIZED (SELECT s.sid FROM sessions AS s JOIN ops ON s.sid = ops.sid"
+    " WHERE (%(owner)s::text IS NULL OR s.owner = %(owner)s::text) FOR KEY SHARE OF s),",
+    "advisory": "lk AS MATERIALIZED (SELECT pg_advisory_xact_lock_shared(1, ops.sid::int)"
+    " FROM ops),",
+    "none": "",
+}
+
+
+_SEED = "INSERT INTO events(sid, seq, ts, kind, data) SELECT unnest(%b::bigint[]), %b, 0, 'k', '0'"
+
+
+def via_off_row(
+    lock: str, sids: dict[str, int], base: int
+) -> Callable[[psycopg.Connection[Any], list[str]], None]:
+    """A head that is not on the session row, fenced by ``lock`` (a key of
+    :data:`_LOCKS`; ``none`` is no fence at all). Its events go to seqs of its own from
+    ``base`` up (one event at ``base`` first, for the check to find)."""
+    sql = _OFF_ROW.format(
+        sids=packed.ints("sids"),
+        expected=packed.ints("expected"),
+        kinds=packed.texts("kinds"),
+        datas=packed.texts("datas"),
+        run_ids=packed.nullable_texts("run_ids"),
+        lock=_LOCKS[lock],
+        locked=", (SELECT count(*) FROM lk)" if _LOCKS[lock] else "",  # else it never runs
+        now=pgops.NOW,
     )
+    head = [0]
+
+    def run(conn: psycopg.Connection[Any], ids: list[str]) -> None:
+        if not head[0]:
+            conn.execute(_SEED, ([sids[i] for i in ids], base))
+            head[0] = base
+        event = tuple(prepare_events([_new_event()]))
+        ops = [AppendOp(i, event, expected_head=head[0]) for i in ids]
+        made = known.known_one_each_args(ops, sids, None, sync=False)
+        assert made is not None
+        row = conn.execute(sql, made[0], prepare=True).fetchone()
+        assert row is not None and row[0] == len(ids)  # every event passed its check
+        head[0] += 1
+
+    return run
 
 
 def via_store(
@@ -246,7 +326,10 @@ def measure(
                 ),
                 "known sids (grouped)": via_known(known.APPEND_KNOWN, known.known_args, sids),
                 "no fence (floor)": via_floor(sids),
-                "raw (its own table)": via_raw,
+                "head off the row, row lock": via_off_row("row", sids, 2 * 10**9),
+                "head off the row, advisory lock": via_off_row("advisory", sids, 3 * 10**9),
+                "head off the row, no lock (unfenced)": via_off_row("none", sids, 4 * 10**9),
+                "raw (its own table)": via_raw(),
                 "write_batch, 2 ops/session": via_store(store, heads=True),
                 "..., no heads": via_store(store, heads=False),
             }
@@ -286,8 +369,15 @@ _ONE_STATEMENT = (
     "known sids, one each",
     "known sids (grouped)",
     "no fence (floor)",
+    "head off the row, row lock",
+    "head off the row, advisory lock",
+    "head off the row, no lock (unfenced)",
     "raw (its own table)",
 )
+
+
+#: The plan nodes that write WAL: row changes, and row locks (``FOR KEY SHARE``).
+_WRITING = ("ModifyTable", "LockRows")
 
 
 def _count_wal(
@@ -297,27 +387,27 @@ def _count_wal(
     out: dict[str, tuple[int, int]],
 ) -> None:
     """Run each one-statement variant once under ``EXPLAIN (ANALYZE, WAL)``: the WAL
-    records and bytes of its statement (summed over the plan's top nodes: a CTE's
-    writes are an init plan of their own)."""
+    records and bytes of its statement (summed over the plan's top nodes that write: a
+    CTE's writes and row locks are an init plan of their own)."""
 
     class Explaining:
         def __init__(self) -> None:
             self.plan: dict[str, Any] = {}
 
         def execute(self, sql: str, args: Any = None, **_options: Any) -> Any:
-            if sql.lstrip().upper().startswith("SELECT ID, HEAD") or "coalesce(max" in sql:
+            if sql.lstrip().upper().startswith("SELECT ID, HEAD") or sql == _SEED:
                 return conn.execute(sql, args)
             row = conn.execute("EXPLAIN (ANALYZE, WAL, FORMAT JSON) " + sql, args).fetchone()
             assert row is not None
             self.plan = row[0][0]["Plan"]
-            return conn.execute("SELECT 1")
+            return conn.execute("SELECT %s::int", (len(ids),))  # a row count, as if done
 
     for name in _ONE_STATEMENT:
         spy = Explaining()
         variants[name](spy, ids)  # type: ignore[arg-type]
         nodes = [spy.plan, *(p for p in spy.plan.get("Plans", ()) if "InitPlan" in str(p))]
         top = [p for p in nodes if p.get("Parent Relationship") in (None, "InitPlan")]
-        writes = [p for p in top if p.get("Node Type") == "ModifyTable"] or [spy.plan]
+        writes = [p for p in top if p.get("Node Type") in _WRITING] or [spy.plan]
         out[name] = (
             sum(int(p.get("WAL Records", 0)) for p in writes),
             sum(int(p.get("WAL Bytes", 0)) for p in writes),
@@ -337,14 +427,16 @@ def main() -> None:
         n: measure(args.dsn, n, args.batches, args.rounds, wal[n] if args.wal else None)
         for n in sizes
     }
-    print(f"{'us per batch':28s}" + "".join(f"{f'n={n}':>10s}" for n in sizes))
+    width = max(map(len, table[1])) + 2
+    print(f"{'us per batch':{width}s}" + "".join(f"{f'n={n}':>10s}" for n in sizes))
     for name in table[1]:
-        print(f"{name:28s}" + "".join(f"{table[n][name]:10.0f}" for n in sizes))
+        print(f"{name:{width}s}" + "".join(f"{table[n][name]:10.0f}" for n in sizes))
     if args.wal:
-        print(f"\n{'WAL records (bytes) / batch':28s}" + "".join(f"{f'n={n}':>16s}" for n in sizes))
+        head = "WAL records (bytes) / batch"
+        print(f"\n{head:{width}s}" + "".join(f"{f'n={n}':>16s}" for n in sizes))
         for name in _ONE_STATEMENT:
             cells = "".join(f"{f'{wal[n][name][0]} ({wal[n][name][1]})':>16s}" for n in sizes)
-            print(f"{name:28s}{cells}")
+            print(f"{name:{width}s}{cells}")
 
 
 if __name__ == "__main__":
