@@ -219,3 +219,22 @@ def test_probes_import_and_have_a_main() -> None:
     for name in PROBES:
         module = importlib.import_module(f"bench.probes.{name}")
         assert callable(module.main), name
+
+
+def test_pg_paths_prices_every_variant(pg_where: tuple[str, str]) -> None:
+    """``bench.probes.pg_paths`` runs every variant on the real server (its own schema)
+    and counts the WAL records bench/HISTORY.md reads from it: one more per event for the
+    head update and for a row lock than for the events alone, none more for an advisory
+    lock."""
+    pg_paths = importlib.import_module("bench.probes.pg_paths")
+    n = 3
+    wal: dict[str, tuple[int, int]] = {}
+    medians = pg_paths.measure(pg_where[0], n, batches=1, rounds=1, wal=wal)
+    assert "head off the row, row lock" in medians
+    assert all(value == value for value in medians.values())  # every variant ran (no NaN)
+    records = {name: counted[0] for name, counted in wal.items()}
+    floor = records["no fence (floor)"]
+    assert records["known sids, one each"] == floor + n
+    assert records["head off the row, row lock"] == floor + n
+    assert records["head off the row, advisory lock"] == floor
+    assert records["head off the row, no lock (unfenced)"] == floor
