@@ -7,7 +7,7 @@ from typing import Any
 
 from .runner import CaseResult, RowResult
 
-__all__ = ["format_value", "markdown_table", "to_json"]
+__all__ = ["format_ratio", "format_value", "markdown_table", "to_json"]
 
 HEADER = ("Workload", "System", "Value", "Unit", "Reference", "Ratio", "Target", "Status")
 
@@ -20,6 +20,17 @@ def format_value(value: float | None) -> str:
     if abs(value) >= 10:
         return f"{value:.1f}"
     return f"{value:.3f}" if abs(value) < 1 else f"{value:.2f}"
+
+
+def format_ratio(ratio: float | None, round_ratios: list[float]) -> str:
+    """The ratio (the median of the rounds' paired ratios) and, when the rounds differ,
+    their range: ``0.86x (0.75-0.98)``."""
+    if ratio is None:
+        return "-"
+    low, high = (
+        (f"{min(round_ratios):.2f}", f"{max(round_ratios):.2f}") if round_ratios else ("", "")
+    )
+    return f"{ratio:.2f}x" if low == high else f"{ratio:.2f}x ({low}-{high})"
 
 
 def _cell(text: str) -> str:
@@ -37,7 +48,7 @@ def markdown_table(results: list[RowResult]) -> str:
             format_value(r.value),
             r.row.unit,
             r.reference_system or "-",
-            "-" if r.ratio is None else f"{r.ratio:.2f}x",
+            format_ratio(r.ratio, r.round_ratios),
             "-" if r.row.target is None else r.row.target.describe(r.row.unit),
             status,
         )
@@ -75,6 +86,7 @@ def to_json(
                     "best_of": [list(k) for k in r.row.best_of] or None,
                 },
                 "ratio": _num(r.ratio),
+                "round_ratios": r.round_ratios,
                 "ratio_of_medians": _num(r.ratio_of_medians),
                 "target": None
                 if r.row.target is None

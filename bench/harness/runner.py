@@ -77,6 +77,9 @@ class RowResult:
     ratio_of_medians: float | None = None
     #: The reference's ``(case, metric)``: the row's own, or the best one of ``best_of``.
     reference_key: tuple[str, str] | None = None
+    #: The paired ratio of each round that has one (``ratio`` is their median), in round
+    #: order: the table shows their range, the spread a single median hides.
+    round_ratios: list[float] = field(default_factory=list)
 
 
 def _workload_key(name: str) -> tuple[str, int, str]:
@@ -184,17 +187,24 @@ def evaluate(selected: Sequence[Row], results: dict[str, CaseResult]) -> list[Ro
         value = result.median(row.metric)
         ref_system = ref_value = ratio = ratio_of_medians = None
         ref_key: tuple[str, str] | None = row.reference
+        round_ratios: list[float] = []
         if row.best_of:
             ref_key, ref_result, ref_rounds = _best_of(row, results)
             if ref_key is not None and ref_result is not None:
                 ref_system = f"best alternative: {ref_result.system}"
                 ref_value = ref_result.median(ref_key[1])
-            ratio = _paired_ratio_values(result, row.metric, ref_rounds)
+            round_ratios = _round_ratios(result, row.metric, ref_rounds)
         elif row.reference is not None:
             ref_result = results[row.reference[0]]
             ref_system = row.reference_label or ref_result.system
             ref_value = ref_result.median(row.reference[1])
-            ratio = _paired_ratio(result, ref_result, row.metric, row.reference[1])
+            ref_rounds = [
+                ref_result.value(i, row.reference[1])
+                for i in range(max(len(result.rounds), len(ref_result.rounds)))
+            ]
+            round_ratios = _round_ratios(result, row.metric, ref_rounds)
+        if round_ratios:
+            ratio = statistics.median(round_ratios)
         if value is not None and ref_value:
             ratio_of_medians = value / ref_value
         if result.missing:
@@ -222,6 +232,7 @@ def evaluate(selected: Sequence[Row], results: dict[str, CaseResult]) -> list[Ro
                 status,
                 ratio_of_medians,
                 ref_key,
+                round_ratios,
             )
         )
     return out
@@ -249,26 +260,13 @@ def _best_of(
     return best_key, best_result, per_round
 
 
-def _paired_ratio_values(
+def _round_ratios(
     result: CaseResult, metric: str, references: Sequence[float | None]
-) -> float | None:
-    """Median over rounds of value / ``references[round]``."""
+) -> list[float]:
+    """value / ``references[round]`` for every round that has both (the paired ratios)."""
     ratios = []
     for i, ref in enumerate(references):
         value = result.value(i, metric)
         if value is not None and ref:
             ratios.append(value / ref)
-    return statistics.median(ratios) if ratios else None
-
-
-def _paired_ratio(
-    result: CaseResult, reference: CaseResult, metric: str, ref_metric: str
-) -> float | None:
-    """Median over rounds of value / reference value in the same round."""
-    ratios = []
-    for i in range(max(len(result.rounds), len(reference.rounds))):
-        value = result.value(i, metric)
-        ref = reference.value(i, ref_metric)
-        if value is not None and ref:
-            ratios.append(value / ref)
-    return statistics.median(ratios) if ratios else None
+    return ratios

@@ -238,3 +238,33 @@ def test_pg_paths_prices_every_variant(pg_where: tuple[str, str]) -> None:
     assert records["head off the row, row lock"] == floor + n
     assert records["head off the row, advisory lock"] == floor
     assert records["head off the row, no lock (unfenced)"] == floor
+
+
+def test_a_ratio_is_the_median_of_its_rounds_with_their_range() -> None:
+    """A row's ratio pairs each round with its reference's same round: the table shows the
+    median of those and, when they differ, their range; a round either side misses is
+    left out; the JSON keeps every round's ratio."""
+    from bench.harness.core import Row, Target
+    from bench.harness.report import markdown_table, to_json
+    from bench.harness.runner import CaseResult, evaluate
+
+    raw = CaseResult("X/raw", "raw", rounds=[{"r": 100.0}, {"r": 200.0}, {"r": 100.0}, None])
+    tidelog = CaseResult(
+        "X/tl", "tidelog", rounds=[{"r": 80.0}, {"r": 190.0}, {"r": 90.0}, {"r": 5.0}]
+    )
+    steady = CaseResult("X/st", "steady", rounds=[{"r": 50.0}, {"r": 100.0}, {"r": 50.0}])
+    rows = [
+        Row("X", "X", case, "r", "events/s", ("X/raw", "r"), Target("ratio", ">=", 0.9))
+        for case in ("X/tl", "X/st")
+    ]
+    cases = {c.key: c for c in (raw, tidelog, steady)}
+    spread, flat = evaluate(rows, cases)
+    assert spread.round_ratios == [0.8, 0.95, 0.9]
+    assert spread.ratio == 0.9
+    assert spread.status == "met"
+    assert flat.round_ratios == [0.5, 0.5, 0.5]
+    assert flat.status == "MISSED"
+    table = markdown_table([spread, flat])
+    assert "| 0.90x (0.80-0.95) |" in table
+    assert "| 0.50x |" in table
+    assert to_json({}, [spread], cases)["rows"][0]["round_ratios"] == [0.8, 0.95, 0.9]
