@@ -314,9 +314,10 @@ class PostgresStore(PgReads, PgLeases, BatchingStore):
         if known is None:
             sql = known_path.APPEND_KNOWN
             known = known_path.known_args(ops, self._sids, self.channel, sync=sync)
-        distinct = pgops.distinct_sessions(ops)
-        if known is None and not distinct and self._learn_sids(conn, ops):
-            known = known_path.known_args(ops, self._sids, self.channel, sync=sync)
+        if known is None:
+            distinct = pgops.distinct_sessions(ops)
+            if not distinct and self._learn_sids(conn, ops):
+                known = known_path.known_args(ops, self._sids, self.channel, sync=sync)
         if known is not None:  # every session met before: one row operation per session
             args, results = known
             if self._run_append(conn, sql, args) is not None:
