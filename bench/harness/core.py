@@ -205,7 +205,8 @@ class Row:
     unit: str
     reference: tuple[str, str] | None = None
     target: Target | None = None
-    #: Shown in the status column of a row without a target ("reference", "baseline").
+    #: Shown in the status column of a row without a target ("reference", "baseline",
+    #: "bound").
     note: str = ""
     #: Shown in the reference column instead of the reference case's system name.
     reference_label: str = ""

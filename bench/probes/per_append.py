@@ -16,18 +16,20 @@ event: one-event ``append_nowait`` calls with a ``flush`` every 100 on a JSONL s
 ``os.write`` and ``os.fsync`` per 100 lines in a worker thread). These count both
 threads; the fsync itself, a syscall, is not counted.
 
-``--system w2-tidelog``, ``--system w2-raw`` and ``--system w2-raw-compiled`` measure W2's
-shape instead (:mod:`bench.workloads.w2_group_commit`: :data:`W2_SESSIONS` sessions x
-:data:`W2_APPENDS` awaited appends, :data:`W2_EVENTS` events a repetition), per event:
-tidelog on a SQLite file at ``synchronous="normal"`` (``W2/tidelog-normal``), and the raw
-apsw group-commit loop at NORMAL on format 4's layout with the stdlib encoder
-(``W2/raw-normal-v4``) or the compiled one (``W2/raw-normal-v4-compiled``). Each
-repetition runs in its own ``trio.run`` on a fresh database file of one temporary
-directory, after one warm-up repetition that is never counted; their count is
-``--repetitions`` (default :data:`W2_REPETITIONS`), not ``--appends``. These count both
-threads (the trio thread and the store's, or the raw loop's, worker thread) and the whole
-of each repetition (opening the database and the sessions, closing them); time counts
-W2's timed region only (all clients appending), like W2's rows.
+``--system w2-tidelog``, ``--system w2-by-hand``, ``--system w2-raw`` and ``--system
+w2-raw-compiled`` measure W2's shape instead (:mod:`bench.workloads.w2_group_commit`:
+:data:`W2_SESSIONS` sessions x :data:`W2_APPENDS` awaited appends, :data:`W2_EVENTS`
+events a repetition), per event: tidelog on a SQLite file at ``synchronous="normal"``
+(``W2/tidelog-normal``), the by-hand loop in tidelog's format (``W2/by-hand-normal``,
+:mod:`bench.references.by_hand`), and the raw apsw group-commit loop at NORMAL on format
+4's layout with the stdlib encoder (``W2/raw-normal-v4``) or the compiled one
+(``W2/raw-normal-v4-compiled``). Each repetition runs in its own ``trio.run`` on a fresh
+database file of one temporary directory, after one warm-up repetition that is never
+counted; their count is ``--repetitions`` (default :data:`W2_REPETITIONS`), not
+``--appends``. These count both threads (the trio thread and the store's, or the raw
+loop's, worker thread) and the whole of each repetition (opening the database and the
+sessions, closing them); time counts W2's timed region only (all clients appending), like
+W2's rows.
 
 Two ways to measure, the same program:
 
@@ -190,10 +192,12 @@ async def raw_w2_main(path: Path, compiled: bool = False) -> Run:
 
 def _w2_once(system: str, path: Path) -> Run:
     """One repetition of the ``w2-*`` ``system`` in its own ``trio.run``."""
-    from ..workloads.w2_group_commit import tidelog_main
+    from ..workloads.w2_group_commit import by_hand_main, tidelog_main
 
     if system == "w2-tidelog":
         return trio.run(tidelog_main, path, "normal", W2_SESSIONS, W2_APPENDS)
+    if system == "w2-by-hand":
+        return trio.run(by_hand_main, path, "NORMAL", W2_SESSIONS, W2_APPENDS)
     return trio.run(raw_w2_main, path, system == "w2-raw-compiled")
 
 
@@ -219,7 +223,7 @@ _LOOPS = {
     "w1b-rawfile": w1b_rawfile_loop,
 }
 #: W2's shape, per event (:func:`w2_loop`; ``n`` counts repetitions of :data:`W2_EVENTS`).
-_W2_SYSTEMS = ("w2-tidelog", "w2-raw", "w2-raw-compiled")
+_W2_SYSTEMS = ("w2-tidelog", "w2-by-hand", "w2-raw", "w2-raw-compiled")
 #: What ``python -m bench.probes.per_append`` measures unless ``--system`` says otherwise.
 _DEFAULT = ("tidelog", "floor")
 
@@ -290,8 +294,9 @@ def main(argv: list[str] | None = None) -> int:
         choices=sorted([*_LOOPS, *_W2_SYSTEMS]),
         help="what to measure (repeatable; default: tidelog and floor). The w1b-* loops "
         "are W1b on the JSONL store and its raw file reference, per event, both threads; "
-        "the w2-* ones W2 at NORMAL (tidelog, the raw loop on format 4's layout with the "
-        "stdlib or the compiled encoder), per event, both threads",
+        "the w2-* ones W2 at NORMAL (tidelog, the by-hand loop in tidelog's format, the raw "
+        "loop on format 4's layout with the stdlib or the compiled encoder), per event, "
+        "both threads",
     )
     parser.add_argument("--run", nargs=2, metavar=("SYSTEM", "N"), help=argparse.SUPPRESS)
     args = parser.parse_args(argv)

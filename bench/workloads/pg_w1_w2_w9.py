@@ -34,12 +34,13 @@ import trio
 from ..harness.core import PAYLOAD, CaseContext, Metrics, Row, Target, case, encode_payload, rows
 from ..harness.procs import run_together, worker
 from ..references.alternatives_pg import ALL_PG, PgAlternative
+from ..references.by_hand import by_hand_encode, open_by_hand_pg
 from ..references.raw_pg import PgLevel, insert_rows_pg, open_raw_pg, pg_schema, unavailable, url_of
 from . import w1_single_session, w2_group_commit, w2_multiprocess
 from .w1_single_session import Level
 from .w2_group_commit import Gate, RawGroupCommit, raw_client, shape
 
-__all__ = ["LEVELS"]
+__all__ = ["LEVELS", "by_hand_w2"]
 
 #: (tidelog's synchronous, PostgreSQL's synchronous_commit, the label)
 LEVELS: tuple[tuple[Level, PgLevel, str], ...] = (
@@ -116,6 +117,20 @@ async def _raw_w2(dsn: str, schema: str, level: PgLevel, sessions: int, appends:
         conn.close()
 
 
+async def by_hand_w2(
+    dsn: str, schema: str, level: PgLevel, sessions: int, appends: int
+) -> w2_group_commit.Run:
+    """One repetition of W2's by-hand loop (:mod:`bench.references.by_hand`) in a new
+    tidelog schema ``schema``."""
+    names = [f"session-{i}" for i in range(sessions)]
+    conn, insert = await trio.to_thread.run_sync(open_by_hand_pg, dsn, schema, level, names)
+    try:
+        loop = RawGroupCommit(conn, insert, by_hand_encode)
+        return await w2_group_commit.raw_run(loop, sessions, appends)
+    finally:
+        conn.close()
+
+
 def _w2(system: str, synchronous: Level, level: PgLevel) -> Callable[[CaseContext], Metrics]:
     def run(ctx: CaseContext) -> Metrics:
         sessions, appends = shape(ctx)
@@ -124,6 +139,8 @@ def _w2(system: str, synchronous: Level, level: PgLevel) -> Callable[[CaseContex
             with pg_schema() as (dsn, schema):
                 if system == "raw":
                     runs.append(trio.run(_raw_w2, dsn, schema, level, sessions, appends))
+                elif system == "by-hand":
+                    runs.append(trio.run(by_hand_w2, dsn, schema, level, sessions, appends))
                 else:
                     url = url_of(dsn, schema)
                     main = w2_group_commit.tidelog_main
@@ -217,6 +234,9 @@ for _tl, _pg, _label in LEVELS:
     pg_case(f"W1pg/raw-{_tl}", f"raw psycopg per-row commit ({_label})")(_w1_raw(_pg))
     pg_case(f"W1pg/tidelog-{_tl}", f"tidelog on PostgreSQL (synchronous={_tl})")(_w1_tidelog(_tl))
     pg_case(f"W2pg/raw-{_tl}", f"raw psycopg group-commit ({_label})")(_w2("raw", _tl, _pg))
+    pg_case(f"W2pg/by-hand-{_tl}", f"by hand: tidelog's schema, statement and checks ({_label})")(
+        _w2("by-hand", _tl, _pg)
+    )
     pg_case(f"W2pg/tidelog-{_tl}", f"tidelog on PostgreSQL (synchronous={_tl})")(
         _w2("tidelog", _tl, _pg)
     )
@@ -311,6 +331,25 @@ for _tl, _, _label in LEVELS:
             "events/s",
             reference=(_raw2, "events_per_s"),
             target=Target("ratio", ">=", 0.8),
+        ),
+        # The contract's work in tidelog's schema, by hand (W2's by-hand loop): it bounds
+        # the row above; tidelog against it is what the layers cost.
+        Row(
+            "W2pg",
+            f"{_W2}, {_label}",
+            f"W2pg/by-hand-{_tl}",
+            "events_per_s",
+            "events/s",
+            reference=(_raw2, "events_per_s"),
+            note="bound",
+        ),
+        Row(
+            "W2pg",
+            f"{_W2}, {_label}: tidelog vs by hand",
+            _t2,
+            "events_per_s",
+            "events/s",
+            reference=(f"W2pg/by-hand-{_tl}", "events_per_s"),
         ),
     )
     if _tl == "full":

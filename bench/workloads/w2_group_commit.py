@@ -14,6 +14,9 @@ Systems:
   (``trio.to_thread.run_sync`` with a ``CapacityLimiter(1)``); each task awaits its own
   commit. Run at ``synchronous=FULL`` (the reference of the targets) and ``NORMAL`` (like for like
   with tidelog's default).
+* ``by hand``: the raw loop writing tidelog's own format with the contract's checks
+  (:mod:`bench.references.by_hand`): what tidelog's layers cost, and the most any
+  implementation of the contract in this format could reach against the raw loops.
 * ``tidelog``: ``open_runtime(path, synchronous=...)``, one ``SessionWriter`` per task,
   ``await w.append([NewEvent("message", PAYLOAD)])``.
 * the alternatives (:mod:`bench.references.alternatives`, FULL like sqlite3's default): one
@@ -46,6 +49,7 @@ from ..harness.core import (
 )
 from ..references.alternatives import ALL as ALTERNATIVES
 from ..references.alternatives import Alternative
+from ..references.by_hand import by_hand_encode, open_by_hand
 from ..references.raw_sqlite import RawLayout, RawSync, encode_compiled, insert_rows, open_raw
 
 __all__ = [
@@ -262,6 +266,26 @@ def _raw_case(
     return run
 
 
+async def by_hand_main(path: Path, synchronous: RawSync, sessions: int, appends: int) -> Run:
+    """One repetition of the by-hand loop on a new tidelog file at ``path``."""
+    names = [f"session-{i}" for i in range(sessions)]
+    conn, insert = await trio.to_thread.run_sync(open_by_hand, path, synchronous, names)
+    try:
+        return await raw_run(RawGroupCommit(conn, insert, by_hand_encode), sessions, appends)
+    finally:
+        conn.close()
+
+
+def _by_hand_case(synchronous: RawSync) -> Callable[[CaseContext], Metrics]:
+    def run(ctx: CaseContext) -> Metrics:
+        sessions, appends = shape(ctx)
+        return repeat(
+            ctx, lambda d: trio.run(by_hand_main, d / "by-hand.db", synchronous, sessions, appends)
+        )
+
+    return run
+
+
 # -- tidelog --------------------------------------------------------------------------------
 
 
@@ -329,6 +353,10 @@ for _level, _raw_level in _LEVELS:
         f"W2/raw-{_level}-v4-compiled",
         system=f"raw apsw group-commit ({_raw_level}), format 4 layout, msgspec encoder",
     )(_raw_case(_raw_level, "commit-order", compiled=True))
+    case(
+        f"W2/by-hand-{_level}",
+        system=f"by hand: tidelog's format and checks, no runtime ({_raw_level})",
+    )(_by_hand_case(_raw_level))
     case(f"W2/tidelog-{_level}", system=f"tidelog (synchronous={_level})")(_tidelog_case(_level))
 for _alt in ALTERNATIVES:
     case(f"W2/{_alt.key}", system=f"{_alt.system} ({_alt.many_note})", requires=_alt.requires)(
@@ -381,6 +409,34 @@ for _level, _raw_level in _LEVELS:
             "events/s",
             reference=(_raw4 + "-compiled", _RATE),
             target=Target("ratio", ">=", 0.85),
+        ),
+        # What the contract's work in tidelog's format costs, written by hand: against
+        # the raw loops it bounds the two rows above; tidelog against it is the layers.
+        Row(
+            "W2",
+            f"{_W2}, {_raw_level}: same layout",
+            f"W2/by-hand-{_level}",
+            _RATE,
+            "events/s",
+            reference=(_raw4, _RATE),
+            note="bound",
+        ),
+        Row(
+            "W2",
+            f"{_W2}, {_raw_level}: same layout, compiled codec",
+            f"W2/by-hand-{_level}",
+            _RATE,
+            "events/s",
+            reference=(_raw4 + "-compiled", _RATE),
+            note="bound",
+        ),
+        Row(
+            "W2",
+            f"{_W2}, {_raw_level}: tidelog vs by hand",
+            _tl,
+            _RATE,
+            "events/s",
+            reference=(f"W2/by-hand-{_level}", _RATE),
         ),
     )
     if _level == "full":

@@ -13,7 +13,9 @@ import json
 import re
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -65,6 +67,8 @@ EXPECTED = {
     ("W2", "W2/tidelog-full"),
     ("W2", "W2/raw-normal"),
     ("W2", "W2/tidelog-normal"),
+    ("W2", "W2/by-hand-full"),
+    ("W2", "W2/by-hand-normal"),
     ("W2", "W2/4proc-raw"),
     ("W2", "W2/4proc-tidelog"),
     ("W3", "W3/raw"),
@@ -109,7 +113,7 @@ EXPECTED = {
 }
 #: Workloads whose every measured row must have a value.
 MEASURED = ("W1", "W1b", "W2", "W3", "W4", "W5", "W6", "W8", "W10")
-STATUSES = {"met", "MISSED", "reference", "baseline", "alternative", "-", "no data"}
+STATUSES = {"met", "MISSED", "reference", "baseline", "bound", "alternative", "-", "no data"}
 #: W9's rows against the raw loop's own lag may read "n/a (no reference)": at this scale a
 #: raw loop can finish before its lag probe takes a sample, leaving no ratio to judge.
 NO_REFERENCE = ("W9", "n/a (no reference)")
@@ -268,3 +272,61 @@ def test_a_ratio_is_the_median_of_its_rounds_with_their_range() -> None:
     assert "| 0.90x (0.80-0.95) |" in table
     assert "| 0.50x |" in table
     assert to_json({}, [spread], cases)["rows"][0]["round_ratios"] == [0.8, 0.95, 0.9]
+
+
+def test_the_by_hand_loop_writes_tidelogs_format(tmp_path: Path) -> None:
+    """W2's by-hand reference writes a file tidelog reads back exactly: each session's
+    events in seq order with their data, kind and batch time, and each session's head."""
+    import apsw
+    import trio
+
+    from bench.harness.core import PAYLOAD
+    from bench.workloads.w2_group_commit import by_hand_main
+    from stores import SqliteStore
+
+    run = trio.run(by_hand_main, tmp_path / "by-hand.db", "NORMAL", 3, 4)
+    assert (run.events, run.batch_events) == (12, 12)
+    store = SqliteStore(tmp_path / "by-hand.db", read_only=True)
+    try:
+        for i in range(3):
+            session = f"session-{i}"
+            assert store.head(session) == 4
+            events = store.read(session)
+            assert [(e.seq, e.kind, e.data, e.run_id) for e in events] == [
+                (seq, "message", PAYLOAD, None) for seq in range(1, 5)
+            ]
+            info = store.stat(session)
+            assert info is not None
+            assert info.updated_at == max(e.ts for e in events)
+    finally:
+        store.close()
+    # and nothing but the events and the heads changed: no half-made session, no lease
+    conn = apsw.Connection(str(tmp_path / "by-hand.db"))
+    try:
+        assert conn.execute("SELECT count(*) FROM events").fetchall() == [(12,)]
+        assert conn.execute("SELECT count(*) FROM leases").fetchall() == [(0,)]
+    finally:
+        conn.close()
+
+
+def test_the_by_hand_loop_writes_tidelogs_postgres_schema(
+    pg_where: tuple[str, str], pg_open: Callable[..., Any]
+) -> None:
+    """W2pg's by-hand reference runs the store's own statement: tidelog reads each
+    session's events back in seq order with their data and kind, and each session's head."""
+    import trio
+
+    from bench.harness.core import PAYLOAD
+    from bench.workloads.pg_w1_w2_w9 import by_hand_w2
+
+    dsn, schema = pg_where
+    run = trio.run(by_hand_w2, dsn, schema, "on", 3, 4)
+    assert (run.events, run.batch_events) == (12, 12)
+    store = pg_open()
+    for i in range(3):
+        session = f"session-{i}"
+        assert store.head(session) == 4
+        events = store.read(session)
+        assert [(e.seq, e.kind, e.data, e.run_id) for e in events] == [
+            (seq, "message", PAYLOAD, None) for seq in range(1, 5)
+        ]

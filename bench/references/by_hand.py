@@ -1,0 +1,164 @@
+"""The by-hand loop: tidelog's own SQLite format written by a hand-written loop, no runtime.
+
+W2's raw loops (:mod:`bench.references.raw_sqlite`) write what a user's own table would
+hold: ``(session, seq, data)``, no checks. tidelog does more per event than that, for
+reasons of the contract and not of its code: every event is checked exactly as the
+contract says (``prepare_events``: the kind, the data's exactness walk, the size limits)
+and encoded once; each row holds what a :class:`~stores.StoredEvent` reads back (session,
+seq, commit time, kind, data, run id); and each batch moves each session's head and
+update time on its row of ``sessions`` (the head every append is checked against, the
+order ``list_sessions(order="updated")`` pages in).
+
+The by-hand loop does exactly that work and nothing else: the caller makes each event a
+:class:`~stores.NewEvent` and checks and encodes it with the public ``prepare_events``;
+one writer commits the queued rows in one ``BEGIN IMMEDIATE`` transaction per thread hop
+with two ``executemany`` (the events, then the heads), the statements tidelog's SQLite
+store runs for a batch of appends. No handles, session actors, write ops, leases or
+resend bookkeeping. So ``tidelog / by-hand`` is what tidelog's layers cost, and
+``by-hand / raw`` bounds what any implementation of the contract in this format can reach
+against the raw loops (the speed issue's targets).
+
+The file is tidelog's: :func:`open_by_hand` lets a :class:`~stores.SqliteStore` create it
+and its sessions, and ``tests/project/test_bench_smoke.py`` reads what the loop wrote back
+with tidelog, event for event, so the reference cannot drift from the format it stands for.
+
+On PostgreSQL (:func:`open_by_hand_pg`, W2pg) the schema and sessions are made by a
+:class:`~stores.PostgresStore` too, and each batch is the one statement the store sends for
+a batch of one-event appends to distinct known sessions
+(``stores.postgres._known.APPEND_KNOWN_ONE_EACH``: the events inserted, each session's row
+moved only where its head is the one expected -- the fence -- with its columns packed
+as the store packs them), imported rather than copied: a statement of that size copied
+here would drift from the store's.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, cast
+
+import apsw
+
+from stores import NewEvent, SqliteStore, open_store, prepare_events
+
+from .raw_pg import PgLevel, url_of
+from .raw_sqlite import RawSync
+
+if TYPE_CHECKING:
+    from stores import JSON
+
+__all__ = ["ByHandInsert", "by_hand_encode", "open_by_hand", "open_by_hand_pg"]
+
+#: The row queued per event: session id, seq, the event's data as checked JSON text.
+Queued = tuple[str, int, str]
+ByHandInsert = Callable[[Any, Sequence[Queued]], None]
+
+#: Format 4's statements for a batch of appends (``stores/sqlite``'s batch path runs the
+#: same two; the test above fails if the format moves away from them).
+_INSERT = "INSERT INTO events(sid, seq, ts, kind, data, run_id) VALUES (?,?,?,?,?,?)"
+_HEAD = "UPDATE sessions SET head=?, updated_at=? WHERE sid=?"
+#: Every event of the workloads is a "message" with no run id.
+_KIND = "message"
+
+
+def by_hand_encode(payload: object) -> str:
+    """The payload as the contract takes it: made a :class:`~stores.NewEvent`, checked
+    and encoded by ``prepare_events``; its data's JSON text. Raises what
+    ``prepare_events`` raises for data that is not exactly JSON."""
+    return prepare_events([NewEvent(_KIND, cast("JSON", payload))])[0].data_json
+
+
+def open_by_hand(
+    path: Path, synchronous: RawSync, sessions: Sequence[str]
+) -> tuple[apsw.Connection, ByHandInsert]:
+    """Create a tidelog SQLite file at ``path`` with ``sessions`` (by tidelog's store),
+    then open it with plain apsw; returns the connection (the caller closes it) and the
+    insert function the group-commit loop runs in its thread."""
+    store = SqliteStore(path)
+    try:
+        for session in sessions:
+            store.create(session)
+    finally:
+        store.close()
+    conn = apsw.Connection(str(path))
+    try:
+        conn.set_busy_timeout(5000)
+        conn.execute(f"PRAGMA synchronous={synchronous}")
+        sids: dict[str, int] = {
+            str(name): int(sid) for name, sid in conn.execute("SELECT id, sid FROM sessions")
+        }
+    except BaseException:
+        conn.close()
+        raise
+    return conn, _inserter(sids)
+
+
+def _inserter(sids: dict[str, int]) -> ByHandInsert:
+    def insert(conn: apsw.Connection, rows: Sequence[Queued]) -> None:
+        """Commit ``rows`` and their sessions' heads in one ``BEGIN IMMEDIATE``
+        transaction (each session at most once per batch: W2's clients await each
+        append)."""
+        now = time.time()
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            events = [(sids[session], seq, now, _KIND, data, None) for session, seq, data in rows]
+            conn.executemany(_INSERT, events)
+            conn.executemany(_HEAD, [(seq, now, sids[session]) for session, seq, _ in rows])
+            conn.execute("COMMIT")
+        except BaseException:
+            if not conn.get_autocommit():
+                conn.execute("ROLLBACK")
+            raise
+
+    return insert
+
+
+def open_by_hand_pg(
+    dsn: str, schema: str, level: PgLevel, sessions: Sequence[str]
+) -> tuple[Any, ByHandInsert]:
+    """Create tidelog's schema ``schema`` on the server of ``dsn`` with ``sessions`` (by
+    tidelog's store), then open a plain psycopg connection to it (autocommit: each batch's
+    statement is its transaction, ``synchronous_commit`` ``level``); returns it (the
+    caller closes it) and the insert function the group-commit loop runs in its thread."""
+    import psycopg
+
+    from stores.postgres import _known, _packed
+
+    store = open_store(url_of(dsn, schema))
+    try:
+        for session in sessions:
+            store.create(session)
+    finally:
+        store.close()
+    conn = psycopg.connect(dsn, autocommit=True)
+    try:
+        conn.execute(f"SET search_path = {schema}")
+        conn.execute(f"SET synchronous_commit = {level}")
+        sids: dict[str, int] = dict(conn.execute("SELECT id, sid FROM sessions").fetchall())
+    except BaseException:
+        conn.close()
+        raise
+    statement = _known.APPEND_KNOWN_ONE_EACH
+    pack_ints, pack_texts = _packed.pack_ints, _packed.pack_texts
+    run_ids = _packed.pack_nullable_texts
+
+    def insert(conn: psycopg.Connection[Any], rows: Sequence[Queued]) -> None:
+        """Commit ``rows`` (each session at most once: W2's clients await each append)
+        and move their sessions' heads, fenced on the heads expected, in one statement."""
+        count = len(rows)
+        args = {
+            "sids": pack_ints([sids[session] for session, _, _ in rows]),
+            "expected": pack_ints([seq - 1 for _, seq, _ in rows]),
+            "kinds": pack_texts([_KIND] * count),
+            "datas": pack_texts([data for _, _, data in rows]),
+            "run_ids": run_ids([None] * count),
+            "owner": None,
+            "channel": None,
+            "payload": None,
+            "k": count,
+            "sync": False,
+        }
+        conn.execute(statement, args, prepare=True)
+
+    return conn, insert
