@@ -27,8 +27,9 @@ On PostgreSQL (:func:`open_by_hand_pg`, W2pg) the schema and sessions are made b
 a batch of one-event appends to distinct known sessions
 (``stores.postgres._known.APPEND_KNOWN_ONE_EACH``: the events inserted, each session's row
 moved only where its head is the one expected -- the fence -- with its columns packed
-as the store packs them), imported rather than copied: a statement of that size copied
-here would drift from the store's.
+as the store packs them, and the ``NOTIFY`` of the new heads on the store's channel that
+other processes' tails wake on), imported rather than copied: a statement of that size
+copied here would drift from the store's.
 """
 
 from __future__ import annotations
@@ -123,7 +124,7 @@ def open_by_hand_pg(
     caller closes it) and the insert function the group-commit loop runs in its thread."""
     import psycopg
 
-    from stores.postgres import _known, _packed
+    from stores.postgres import _connection, _known, _packed
 
     store = open_store(url_of(dsn, schema))
     try:
@@ -140,12 +141,14 @@ def open_by_hand_pg(
         conn.close()
         raise
     statement = _known.APPEND_KNOWN_ONE_EACH
+    channel, notify_payload = _connection.channel_name(schema), _connection.notify_payload
     pack_ints, pack_texts = _packed.pack_ints, _packed.pack_texts
     run_ids = _packed.pack_nullable_texts
 
     def insert(conn: psycopg.Connection[Any], rows: Sequence[Queued]) -> None:
         """Commit ``rows`` (each session at most once: W2's clients await each append)
-        and move their sessions' heads, fenced on the heads expected, in one statement."""
+        and move their sessions' heads, fenced on the heads expected, and notify the new
+        heads, in one statement."""
         count = len(rows)
         args = {
             "sids": pack_ints([sids[session] for session, _, _ in rows]),
@@ -154,8 +157,8 @@ def open_by_hand_pg(
             "datas": pack_texts([data for _, _, data in rows]),
             "run_ids": run_ids([None] * count),
             "owner": None,
-            "channel": None,
-            "payload": None,
+            "channel": channel,
+            "payload": notify_payload({session: seq for session, seq, _ in rows}),
             "k": count,
             "sync": False,
         }

@@ -313,15 +313,26 @@ def test_the_by_hand_loop_writes_tidelogs_postgres_schema(
     pg_where: tuple[str, str], pg_open: Callable[..., Any]
 ) -> None:
     """W2pg's by-hand reference runs the store's own statement: tidelog reads each
-    session's events back in seq order with their data and kind, and each session's head."""
+    session's events back in seq order with their data and kind, and each session's head,
+    and the store's channel heard every new head."""
+    import psycopg
     import trio
 
     from bench.harness.core import PAYLOAD
     from bench.workloads.pg_w1_w2_w9 import by_hand_w2
+    from stores.postgres._connection import channel_name
 
     dsn, schema = pg_where
-    run = trio.run(by_hand_w2, dsn, schema, "on", 3, 4)
+    with psycopg.connect(dsn, autocommit=True) as listener:
+        listener.execute(f"LISTEN {channel_name(schema)}")
+        run = trio.run(by_hand_w2, dsn, schema, "on", 3, 4)
+        heard = [n.payload for n in listener.notifies(timeout=1.0, stop_after=run.batches)]
     assert (run.events, run.batch_events) == (12, 12)
+    heads: dict[str, int] = {}
+    for line in "\n".join(heard).splitlines():
+        head, session = line.split(" ", 1)
+        heads[session] = max(heads.get(session, 0), int(head))
+    assert heads == {f"session-{i}": 4 for i in range(3)}
     store = pg_open()
     for i in range(3):
         session = f"session-{i}"
