@@ -274,13 +274,29 @@ def test_a_ratio_is_the_median_of_its_rounds_with_their_range() -> None:
     assert to_json({}, [spread], cases)["rows"][0]["round_ratios"] == [0.8, 0.95, 0.9]
 
 
+#: The by-hand tests' shape: 3 sessions (W2's names) of 4 awaited appends each.
+_BY_HAND_SESSIONS = [f"session-{i}" for i in range(3)]
+
+
+def _read_back(store: Any, session: str) -> list[Any]:
+    """``session``'s events as tidelog reads them, checked: seqs 1-4 of the payload, each
+    a "message" with no run id, and the head 4."""
+    from bench.harness.core import PAYLOAD
+
+    assert store.head(session) == 4
+    events: list[Any] = store.read(session)
+    assert [(e.seq, e.kind, e.data, e.run_id) for e in events] == [
+        (seq, "message", PAYLOAD, None) for seq in range(1, 5)
+    ]
+    return events
+
+
 def test_the_by_hand_loop_writes_tidelogs_format(tmp_path: Path) -> None:
     """W2's by-hand reference writes a file tidelog reads back exactly: each session's
     events in seq order with their data, kind and batch time, and each session's head."""
     import apsw
     import trio
 
-    from bench.harness.core import PAYLOAD
     from bench.workloads.w2_group_commit import by_hand_main
     from stores import SqliteStore
 
@@ -288,13 +304,8 @@ def test_the_by_hand_loop_writes_tidelogs_format(tmp_path: Path) -> None:
     assert (run.events, run.batch_events) == (12, 12)
     store = SqliteStore(tmp_path / "by-hand.db", read_only=True)
     try:
-        for i in range(3):
-            session = f"session-{i}"
-            assert store.head(session) == 4
-            events = store.read(session)
-            assert [(e.seq, e.kind, e.data, e.run_id) for e in events] == [
-                (seq, "message", PAYLOAD, None) for seq in range(1, 5)
-            ]
+        for session in _BY_HAND_SESSIONS:
+            events = _read_back(store, session)
             info = store.stat(session)
             assert info is not None
             assert info.updated_at == max(e.ts for e in events)
@@ -318,7 +329,6 @@ def test_the_by_hand_loop_writes_tidelogs_postgres_schema(
     import psycopg
     import trio
 
-    from bench.harness.core import PAYLOAD
     from bench.workloads.pg_w1_w2_w9 import by_hand_w2
     from stores.postgres._connection import channel_name
 
@@ -332,12 +342,7 @@ def test_the_by_hand_loop_writes_tidelogs_postgres_schema(
     for line in "\n".join(heard).splitlines():
         head, session = line.split(" ", 1)
         heads[session] = max(heads.get(session, 0), int(head))
-    assert heads == {f"session-{i}": 4 for i in range(3)}
+    assert heads == dict.fromkeys(_BY_HAND_SESSIONS, 4)
     store = pg_open()
-    for i in range(3):
-        session = f"session-{i}"
-        assert store.head(session) == 4
-        events = store.read(session)
-        assert [(e.seq, e.kind, e.data, e.run_id) for e in events] == [
-            (seq, "message", PAYLOAD, None) for seq in range(1, 5)
-        ]
+    for session in _BY_HAND_SESSIONS:
+        _read_back(store, session)
