@@ -1,4 +1,4 @@
-"""The by-hand loop: tidelog's own SQLite format written by a hand-written loop, no runtime.
+"""The by-hand loop: tidelog's own format, written by a hand-written loop with no runtime.
 
 W2's raw loops (:mod:`bench.references.raw_sqlite`) write what a user's own table would
 hold: ``(session, seq, data)``, no checks. tidelog does more per event than that, for
@@ -56,7 +56,7 @@ Queued = tuple[str, int, str]
 ByHandInsert = Callable[[Any, Sequence[Queued]], None]
 
 #: Format 4's statements for a batch of appends (``stores/sqlite``'s batch path runs the
-#: same two; the test above fails if the format moves away from them).
+#: same two; the read-back test named above fails if the format moves away from them).
 _INSERT = "INSERT INTO events(sid, seq, ts, kind, data, run_id) VALUES (?,?,?,?,?,?)"
 _HEAD = "UPDATE sessions SET head=?, updated_at=? WHERE sid=?"
 #: Every event of the workloads is a "message" with no run id.
