@@ -31,18 +31,29 @@ moved only where its head is the one expected -- the fence -- with its columns p
 as the store packs them, and the ``NOTIFY`` of the new heads on the store's channel that
 other processes' tails wake on), imported rather than copied: a statement of that size
 copied here would drift from the store's.
+
+On the JSONL file store (:func:`open_by_hand_jsonl`, W2 on files) a
+:class:`~stores.JsonlStore` makes the store and its session files, and each batch appends
+to each session's file the line format 4 gives an event committed alone: seq, commit
+time, kind, data, the commit mark, the events before it not yet known durable (``"s"``,
+at NORMAL), the file's tag and the line's CRC-32; then it adds the store's change-log
+byte that other handles watch, and at FULL fsyncs each file written. It keeps no sidecar
+index (a reader rebuilds it from the lines). The test reads the files back with tidelog.
 """
 
 from __future__ import annotations
 
+import json
+import os
 import time
+import zlib
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
 import apsw
 
-from stores import NewEvent, SqliteStore, open_store, prepare_events
+from stores import JsonlStore, NewEvent, SqliteStore, open_store, prepare_events
 
 from .raw_pg import PgLevel, url_of
 from .raw_sqlite import RawSync
@@ -50,7 +61,14 @@ from .raw_sqlite import RawSync
 if TYPE_CHECKING:
     from stores import JSON
 
-__all__ = ["ByHandInsert", "by_hand_encode", "open_by_hand", "open_by_hand_pg"]
+__all__ = [
+    "ByHandFiles",
+    "ByHandInsert",
+    "by_hand_encode",
+    "open_by_hand",
+    "open_by_hand_jsonl",
+    "open_by_hand_pg",
+]
 
 #: The row queued per event: session id, seq, the event's data as checked JSON text.
 Queued = tuple[str, int, str]
@@ -166,3 +184,76 @@ def open_by_hand_pg(
         conn.execute(statement, args, prepare=True)
 
     return conn, insert
+
+
+class ByHandFiles:
+    """The by-hand loop's open files on a JSONL store: each session's file (``O_APPEND``),
+    its tag and how many of its events are not yet known durable, and the change log."""
+
+    def __init__(self, root: Path, synchronous: RawSync) -> None:
+        self.fsync = synchronous == "FULL"
+        self.fds: dict[str, int] = {}
+        self.tags: dict[str, str] = {}
+        self.unsynced: dict[str, int] = {}
+        self.changes = os.open(root / "changes", os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        try:
+            for path in sorted((root / "sessions").glob("*.jsonl")):
+                with open(path, "rb") as f:
+                    header = json.loads(f.readline())
+                session = str(header["id"])
+                # format 4's tag: the CRC-32 of the id's JSON text and the incarnation
+                key = json.dumps(session, ensure_ascii=False).encode()
+                key += b"\x00%d" % header["incarnation"]
+                self.tags[session] = f',"f":"{zlib.crc32(key):08x}"'
+                self.unsynced[session] = 0
+                self.fds[session] = os.open(path, os.O_WRONLY | os.O_APPEND)
+        except BaseException:
+            self.close()
+            raise
+
+    def close(self) -> None:
+        """Close every file (idempotent)."""
+        for fd in [*self.fds.values(), self.changes]:
+            if fd >= 0:
+                os.close(fd)
+        self.fds.clear()
+        self.changes = -1
+
+
+def open_by_hand_jsonl(
+    root: Path, synchronous: RawSync, sessions: Sequence[str]
+) -> tuple[ByHandFiles, ByHandInsert]:
+    """Create a tidelog JSONL store at ``root`` (a new directory) with ``sessions`` (by
+    tidelog's store), then open their files; returns them (the caller closes them) and
+    the insert function the group-commit loop runs in its thread."""
+    root.mkdir()
+    store = JsonlStore(root)
+    try:
+        for session in sessions:
+            store.create(session)
+    finally:
+        store.close()
+    files = ByHandFiles(root, synchronous)
+
+    def insert(files: ByHandFiles, rows: Sequence[Queued]) -> None:
+        """Append each row's line to its session's file (each session at most once: W2's
+        clients await each append), the change-log byte, and at FULL an fsync a file."""
+        now = repr(time.time())
+        written = []
+        for session, seq, data in rows:
+            lag = files.unsynced[session]
+            mark = f',"s":{lag}' if lag else ""
+            line = (
+                f'{{"seq":{seq},"ts":{now},"kind":"{_KIND}","data":{data},'
+                f'"end":1{mark}{files.tags[session]}'
+            ).encode()
+            os.write(files.fds[session], line + b',"crc":%d}\n' % zlib.crc32(line))
+            written.append(session)
+        os.write(files.changes, b"+")
+        for session in written:
+            if files.fsync:
+                os.fsync(files.fds[session])
+            else:
+                files.unsynced[session] += 1
+
+    return files, insert

@@ -39,10 +39,12 @@ from stores import MemoryStore
 
 from ..harness.core import PAYLOAD, CaseContext, Metrics, Row, Target, case, encode_payload, rows
 from ..harness.procs import run_worker, worker
+from ..references.by_hand import by_hand_encode, open_by_hand_jsonl
+from ..references.raw_sqlite import RawSync
 from . import w1_single_session, w2_group_commit, w3_cold_load
-from .w2_group_commit import Gate, timed_clients
+from .w2_group_commit import Gate, RawGroupCommit, timed_clients
 
-__all__: list[str] = []
+__all__ = ["by_hand_jsonl_main"]
 
 _DECODER = json.JSONDecoder()
 
@@ -227,11 +229,46 @@ def _memory_w2(ctx: CaseContext) -> Metrics:
 
 case("W2/memory-normal", system="tidelog on MemoryStore (the runtime alone)")(_memory_w2)
 
-_W2_LEVELS: tuple[tuple[w2_group_commit.Level, str], ...] = (("full", "FULL"), ("normal", "NORMAL"))
+
+async def by_hand_jsonl_main(
+    root: Path, synchronous: RawSync, sessions: int, appends: int
+) -> w2_group_commit.Run:
+    """One repetition of W2's by-hand loop (:mod:`bench.references.by_hand`) on a new
+    JSONL store at ``root``."""
+    names = [f"session-{i}" for i in range(sessions)]
+    files, insert = await trio.to_thread.run_sync(open_by_hand_jsonl, root, synchronous, names)
+    try:
+        loop = RawGroupCommit(files, insert, by_hand_encode)
+        return await w2_group_commit.raw_run(loop, sessions, appends)
+    finally:
+        files.close()
+
+
+def _by_hand_w2(synchronous: RawSync) -> Callable[[CaseContext], Metrics]:
+    def run(ctx: CaseContext) -> Metrics:
+        sessions, appends = w2_group_commit.shape(ctx)
+        return w2_group_commit.repeat(
+            ctx,
+            lambda d: trio.run(
+                by_hand_jsonl_main, d / "by-hand.jsonl", synchronous, sessions, appends
+            ),
+        )
+
+    return run
+
+
+_W2_LEVELS: tuple[tuple[w2_group_commit.Level, RawSync], ...] = (
+    ("full", "FULL"),
+    ("normal", "NORMAL"),
+)
 for _w2_level, _upper in _W2_LEVELS:
     case(f"W2/rawfile-{_w2_level}", system=f"raw file group-commit ({_upper})")(
         _raw_w2(_w2_level == "full")
     )
+    case(
+        f"W2/by-hand-jsonl-{_w2_level}",
+        system=f"by hand: tidelog's JSONL format and checks, no runtime ({_upper})",
+    )(_by_hand_w2(_upper))
     case(f"W2/jsonl-{_w2_level}", system=f"tidelog JSONL (synchronous={_w2_level})")(
         _jsonl_w2(_w2_level)
     )
@@ -368,6 +405,24 @@ for _level, _upper in (("full", "FULL"), ("normal", "NORMAL")):
             _E,
             "events/s",
             reference=(f"W2/tidelog-{_level}", _E),
+        ),
+        # The contract's work in tidelog's JSONL format, by hand (W2's by-hand loop).
+        Row(
+            "W2",
+            f"{_W2}, {_upper}: files",
+            f"W2/by-hand-jsonl-{_level}",
+            _E,
+            "events/s",
+            reference=(f"W2/rawfile-{_level}", _E),
+            note="bound",
+        ),
+        Row(
+            "W2",
+            f"{_W2}, {_upper}: files, tidelog vs by hand",
+            f"W2/jsonl-{_level}",
+            _E,
+            "events/s",
+            reference=(f"W2/by-hand-jsonl-{_level}", _E),
         ),
     )
 rows(

@@ -15,7 +15,7 @@ import subprocess
 import sys
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import pytest
 
@@ -69,6 +69,8 @@ EXPECTED = {
     ("W2", "W2/tidelog-normal"),
     ("W2", "W2/by-hand-full"),
     ("W2", "W2/by-hand-normal"),
+    ("W2", "W2/by-hand-jsonl-full"),
+    ("W2", "W2/by-hand-jsonl-normal"),
     ("W2", "W2/4proc-raw"),
     ("W2", "W2/4proc-tidelog"),
     ("W3", "W3/raw"),
@@ -346,3 +348,29 @@ def test_the_by_hand_loop_writes_tidelogs_postgres_schema(
     store = pg_open()
     for session in _BY_HAND_SESSIONS:
         _read_back(store, session)
+
+
+@pytest.mark.parametrize("level", ["NORMAL", "FULL"])
+def test_the_by_hand_loop_writes_tidelogs_jsonl_format(
+    tmp_path: Path, level: Literal["NORMAL", "FULL"]
+) -> None:
+    """W2's by-hand reference on files writes lines tidelog's JSONL store reads back
+    exactly, each checked by its CRC and tag, with every head and no damage; its change
+    log grew by one byte a batch."""
+    import trio
+
+    from bench.workloads.jsonl_w1_w2_w3_w5 import by_hand_jsonl_main
+    from stores import JsonlStore
+
+    root = tmp_path / "by-hand.jsonl"
+    run = trio.run(by_hand_jsonl_main, root, level, 3, 4)
+    assert (run.events, run.batch_events) == (12, 12)
+    # one byte for each session's create (by the store), then one a batch
+    assert (root / "changes").stat().st_size == len(_BY_HAND_SESSIONS) + run.batches
+    store = JsonlStore(root, read_only=True)
+    try:
+        assert store.check_integrity() == (True, "ok")
+        for session in _BY_HAND_SESSIONS:
+            _read_back(store, session)
+    finally:
+        store.close()
