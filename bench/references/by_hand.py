@@ -53,7 +53,7 @@ from typing import TYPE_CHECKING, Any, cast
 
 import apsw
 
-from stores import JsonlStore, NewEvent, SqliteStore, open_store, prepare_events
+from stores import JsonlStore, NewEvent, SqliteStore, Store, open_store, prepare_events
 
 from .raw_pg import PgLevel, url_of
 from .raw_sqlite import RawSync
@@ -82,6 +82,16 @@ _HEAD = "UPDATE sessions SET head=?, updated_at=? WHERE sid=?"
 _KIND = "message"
 
 
+def _create(store: Store, sessions: Sequence[str]) -> None:
+    """Let tidelog's own ``store`` create ``sessions`` (so the by-hand loop writes into
+    what tidelog made), then close it."""
+    try:
+        for session in sessions:
+            store.create(session)
+    finally:
+        store.close()
+
+
 def by_hand_encode(payload: object) -> str:
     """The payload as the contract takes it: made a :class:`~stores.NewEvent`, checked
     and encoded by ``prepare_events``; its data's JSON text. Raises what
@@ -95,12 +105,7 @@ def open_by_hand(
     """Create a tidelog SQLite file at ``path`` with ``sessions`` (by tidelog's store),
     then open it with plain apsw; returns the connection (the caller closes it) and the
     insert function the group-commit loop runs in its thread."""
-    store = SqliteStore(path)
-    try:
-        for session in sessions:
-            store.create(session)
-    finally:
-        store.close()
+    _create(SqliteStore(path), sessions)
     conn = apsw.Connection(str(path))
     try:
         conn.set_busy_timeout(5000)
@@ -145,12 +150,7 @@ def open_by_hand_pg(
 
     from stores.postgres import _connection, _known, _packed
 
-    store = open_store(url_of(dsn, schema))
-    try:
-        for session in sessions:
-            store.create(session)
-    finally:
-        store.close()
+    _create(open_store(url_of(dsn, schema)), sessions)
     conn = psycopg.connect(dsn, autocommit=True)
     try:
         conn.execute(f"SET search_path = {schema}")
@@ -227,12 +227,7 @@ def open_by_hand_jsonl(
     tidelog's store), then open their files; returns them (the caller closes them) and
     the insert function the group-commit loop runs in its thread."""
     root.mkdir()
-    store = JsonlStore(root)
-    try:
-        for session in sessions:
-            store.create(session)
-    finally:
-        store.close()
+    _create(JsonlStore(root), sessions)
     files = ByHandFiles(root, synchronous)
 
     def insert(files: ByHandFiles, rows: Sequence[Queued]) -> None:
