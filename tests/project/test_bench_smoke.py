@@ -338,8 +338,11 @@ def test_the_by_hand_loop_writes_tidelogs_postgres_schema(
     with psycopg.connect(dsn, autocommit=True) as listener:
         listener.execute(f"LISTEN {channel_name(schema)}")
         run = trio.run(by_hand_w2, dsn, schema, "on", 3, 4)
-        heard = [n.payload for n in listener.notifies(timeout=1.0, stop_after=run.batches)]
+        # the store's create of each session notifies too (head 0), then one per batch
+        expected = len(_BY_HAND_SESSIONS) + run.batches
+        heard = [n.payload for n in listener.notifies(timeout=30.0, stop_after=expected)]
     assert (run.events, run.batch_events) == (12, 12)
+    assert len(heard) == expected
     heads: dict[str, int] = {}
     for line in "\n".join(heard).splitlines():
         head, session = line.split(" ", 1)
