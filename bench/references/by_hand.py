@@ -195,7 +195,8 @@ class ByHandFiles:
         self.fds: dict[str, int] = {}
         self.tags: dict[str, str] = {}
         self.unsynced: dict[str, int] = {}
-        self.changes = os.open(root / "changes", os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        flags = os.O_WRONLY | os.O_APPEND | os.O_NOFOLLOW  # never through a planted link
+        self.changes = os.open(root / "changes", flags | os.O_CREAT, 0o644)
         try:
             for path in sorted((root / "sessions").glob("*.jsonl")):
                 with open(path, "rb") as f:
@@ -206,7 +207,7 @@ class ByHandFiles:
                 key += b"\x00%d" % header["incarnation"]
                 self.tags[session] = f',"f":"{zlib.crc32(key):08x}"'
                 self.unsynced[session] = 0
-                self.fds[session] = os.open(path, os.O_WRONLY | os.O_APPEND)
+                self.fds[session] = os.open(path, flags)
         except BaseException:
             self.close()
             raise
