@@ -29,7 +29,7 @@ import time
 
 import pytest
 
-from stores import AppendOp, ConflictError, NewEvent, Store
+from stores import AppendOp, ConflictError, GroupOp, NewEvent, Store
 from stores.conformance._support import _GOOD_PAYLOADS, _events, _prepared, _seqs, _strict_equal
 from stores.conformance.batches import BatchCases
 from stores.conformance.capabilities import CapabilityCases
@@ -149,6 +149,30 @@ class DurableStoreConformance(StoreConformance):
         assert stat is not None
         assert stat.header == {"h": 1}
         assert reopened.stat("c") is None
+
+    def test_reopen_keeps_a_group_when_a_later_op_fails(
+        self, store: Store, tmp_path: pathlib.Path
+    ) -> None:
+        """A group that landed stays landed, after reopen too, when a later op of the same
+        batch fails on its own, and both members take further writes."""
+        store.write_batch([AppendOp(s, _prepared(1)) for s in ("a", "b", "c")])
+        results = store.write_batch(
+            [
+                GroupOp((AppendOp("a", _prepared(1, "g")), AppendOp("b", _prepared(1, "g")))),
+                AppendOp("c", _prepared(1), expected_head=5),
+            ]
+        )
+        assert results[0] == 2
+        assert isinstance(results[1], ConflictError)
+        groups = {s: store.read(s) for s in ("a", "b")}
+        reopened = self._reopen(store, tmp_path)
+        assert {s: reopened.read(s) for s in ("a", "b")} == groups
+        assert reopened.write_batch([AppendOp(s, _prepared(1)) for s in ("a", "b", "c")]) == [
+            3,
+            3,
+            2,
+        ]
+        assert [e.data for e in reopened.read("a")][1] == {"i": 0, "tag": "g"}
 
     def test_reopen_continues_seqs(self, store: Store, tmp_path: pathlib.Path) -> None:
         """Appends after reopen continue from the stored head, with expected_head checks."""

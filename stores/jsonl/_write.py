@@ -224,18 +224,21 @@ class Txn:
         """A name in directory ``path`` changed: fsync it at the barrier."""
         self._dirs.add(path)
 
-    def savepoint(self) -> tuple[int, int]:
+    def savepoint(self) -> tuple[int, int, int]:
         """A mark to undo one op to (see :meth:`undo_to`)."""
-        return len(self._undo), len(self._done)
+        return len(self._undo), len(self._done), len(self._commits)
 
-    def undo_to(self, mark: tuple[int, int]) -> None:
+    def undo_to(self, mark: tuple[int, int, int]) -> None:
         """Undo what was applied since ``mark`` (one op that failed on its own). If an
-        undo step fails, the batch fails as a whole (and is undone whole)."""
-        undo_len, done_len = mark
+        undo step fails, the batch fails as a whole (and is undone whole). What earlier
+        ops of the batch registered stays: a group that landed before this op keeps its
+        commit point (dropping it would leave the group's intent behind, and the next
+        writer would roll the acknowledged group back)."""
+        undo_len, done_len, commits_len = mark
         steps = self._undo[undo_len:]
         del self._undo[undo_len:]
         del self._done[done_len:]
-        self._commits.clear()  # only a group adds one, and a failed group is undone whole
+        del self._commits[commits_len:]
         for step in reversed(steps):
             try:
                 step()

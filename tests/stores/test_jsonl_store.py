@@ -16,6 +16,7 @@ import pytest
 
 from stores import (
     AppendOp,
+    ConflictError,
     GroupOp,
     JsonlStore,
     NewEvent,
@@ -395,3 +396,20 @@ def test_group_of_unknown_sessions_creates_them_together(store: JsonlStore, root
     assert store.write_batch([GroupOp(ops)]) == [2]
     assert store.head("x") == store.head("y") == 1
     assert list((root / "intents").iterdir()) == []
+
+
+def test_group_then_failing_op_commits_the_group(store: JsonlStore, root: Path) -> None:
+    """A group followed in its batch by an op that fails alone still reaches its commit
+    point: no intent stays behind for a later writer (any process) to roll back."""
+    one = tuple(prepare_events([NewEvent("k")]))
+    store.write_batch([AppendOp(s, one) for s in ("x", "y", "z")])
+    group = GroupOp((AppendOp("x", one), AppendOp("y", one)))
+    results = store.write_batch([group, AppendOp("z", one, expected_head=9)])
+    assert results[0] == 2
+    assert isinstance(results[1], ConflictError)
+    assert list((root / "intents").iterdir()) == []
+    other = JsonlStore(root)
+    try:
+        assert other.write_batch([AppendOp(s, one) for s in ("x", "y")]) == [3, 3]
+    finally:
+        other.close()
