@@ -77,9 +77,11 @@ def why(exc: OSError) -> str:
     return str(exc)
 
 
-def write_all(fd: int, data: bytes) -> None:
-    """Write all of ``data`` (a short write continues where it stopped)."""
-    written = IO.write(fd, data)
+def write_all(fd: int, data: bytes, written: int | None = None) -> None:
+    """Write all of ``data`` (a short write continues where it stopped); ``written``: how
+    much of it one write already took (the caller's first call)."""
+    if written is None:
+        written = IO.write(fd, data)
     if written == len(data):  # the usual case: one call
         return
     view = memoryview(data)[written:]

@@ -30,6 +30,14 @@ __all__ = ["apply_op", "fork_session", "stored_tail"]
 
 def apply_op(layout: Layout, txn: Txn, op: WriteOp, now: float) -> int:
     """Apply one op atomically inside ``txn`` (see the module doc); its result."""
+    if type(op) is AppendOp:  # the usual op: an append to a session this process holds
+        index = _held_writer(txn, op)
+        if index is not None:
+            # No savepoint: Txn.append changes nothing before it can no longer fail alone.
+            try:
+                return txn.append(index, op.events, now)
+            except OSError as exc:
+                raise BatchFailure(_io_error("write_batch", exc)) from exc
     mark = txn.savepoint()
     try:
         return _apply(layout, txn, op, now)
@@ -40,20 +48,29 @@ def apply_op(layout: Layout, txn: Txn, op: WriteOp, now: float) -> int:
         raise BatchFailure(_io_error("write_batch", exc)) from exc
 
 
+def _held_writer(txn: Txn, op: AppendOp) -> FileIndex | None:
+    """The writer index for ``op`` if it is the usual append: to a session whose lock this
+    process holds (with ``op``'s lease, if it names one), at its head, not damaged."""
+    shared = txn.shared
+    stem = _stem(op.session_id)
+    held = shared.locks.get(stem)
+    if held is not None and (op.owner is None or held.owner == op.owner):
+        index: FileIndex | None = shared.writers.get(stem)
+        if (
+            index is not None
+            and index.damage is None
+            and op.events
+            and (op.expected_head is None or op.expected_head == index.head)
+        ):
+            return index
+    return None
+
+
 def _apply(layout: Layout, txn: Txn, op: WriteOp, now: float) -> int:
-    if type(op) is AppendOp:  # the usual op: an append to a session this process holds
-        shared = txn.shared
-        stem = _stem(op.session_id)
-        held = shared.locks.get(stem)
-        if held is not None and (op.owner is None or held.owner == op.owner):
-            index = shared.writers.get(stem)
-            if (
-                index is not None
-                and index.damage is None
-                and op.events
-                and (op.expected_head is None or op.expected_head == index.head)
-            ):
-                return txn.append(index, op.events, now)
+    if type(op) is AppendOp:  # a group's member may be the usual append too
+        index = _held_writer(txn, op)
+        if index is not None:
+            return txn.append(index, op.events, now)
     if isinstance(op, GroupOp):
         return _apply_group(layout, txn, op, now)
     if not isinstance(op, RestoreOp) and op.owner is not None:

@@ -114,6 +114,8 @@ def persist(index: FileIndex, *, force: bool = False) -> None:
     anything, and a synced point the sidecar does not have yet; a writer leaving first
     fsyncs the file if more than :data:`STEP` bytes of it are not known synced, so that a
     new handle need not scan them). Failures are ignored: the sidecar is a cache."""
+    if not force and index.end - index.saved_end < STEP:
+        return  # the usual call, after each batch: too little new to save
     path = index.sidecar
     if path is None or index.damage is not None or index.codec.format < 2:
         return

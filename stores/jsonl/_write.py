@@ -17,6 +17,7 @@ is repaired (truncated back) by its next writer.
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import secrets
 import uuid
@@ -275,54 +276,48 @@ class Txn:
         stamps: tuple[float, ...] | None = None,
     ) -> int:
         """Append one batch at the end of the session's file; the new head. ``stamps``:
-        each event's own commit time (a restore) instead of ``now``."""
+        each event's own commit time (a restore) instead of ``now``. Changes nothing
+        before the write has landed whole (a failed write is cut back before raising):
+        after that it cannot fail, and the batch's undo log holds the step that takes it
+        back."""
         if index.header.format != FORMAT:  # migrated first (JsonlStore._writer_index)
             raise StoreCorruptError(f"{index.path}: a format {index.header.format} file")
-        first = index.head + 1
+        head = index.head
+        first = head + 1
         # The commit line records how many events before it are not known durable: a
         # power cut that damages those (never acknowledged) is a torn tail, not damage.
-        lag = index.head - index.synced
-        data, offsets = index.codec.batch(events, first, now, stamps, lag)
+        data, offsets = index.codec.batch(events, first, now, stamps, head - index.synced)
         start = index.end
-        state = (
-            start,
-            index.scanned_size,
-            index.head,
-            len(index.offsets),
-            len(index.batch_ends),
-            index.last_ts,
-            len(index.fresh_runs),
-        )
         if len(events) == 1:  # the usual op: one awaited append
             run_id = events[0].run_id
             runs = [] if run_id is None else [(run_id, first)]
         else:
             runs = [(ev.run_id, first + i) for i, ev in enumerate(events) if ev.run_id]
-        before = {run_id: index.runs.get(run_id) for run_id, _ in runs} if runs else {}
-
-        def undo() -> None:
-            IO.truncate(index.fd, start)
-            end, scanned, head, n_offsets, n_ends, last_ts, n_runs = state
-            index.end, index.scanned_size, index.head, index.last_ts = end, scanned, head, last_ts
-            del index.offsets[n_offsets:]
-            del index.batch_ends[n_ends:]
-            del index.fresh_runs[n_runs:]
-            for run_id, known in before.items():
-                if known is None:
-                    index.runs.pop(run_id, None)
-                else:
-                    index.runs[run_id] = known
-
+        mark: _AppendMark = (
+            index,
+            start,
+            index.scanned_size,
+            head,
+            len(index.offsets),
+            len(index.batch_ends),
+            index.last_ts,
+            len(index.fresh_runs),
+            {run_id: index.runs.get(run_id) for run_id, _ in runs} if runs else None,
+        )
+        fd = index.fd
         try:
-            write_all(index.fd, data)
+            written = IO.write(fd, data)
+            if written != len(data):  # a short write: the rest, then
+                write_all(fd, data, written)
         except OSError:
             with contextlib.suppress(OSError):
-                IO.truncate(index.fd, start)
+                IO.truncate(fd, start)
             raise
-        self._undo.append(undo)
+        self._undo.append(functools.partial(_unappend, mark))
         index.appended(start, len(data), offsets, first, runs, now if not stamps else stamps[-1])
-        self._written[index.path] = index.fd
-        self._indexes[index.path] = index
+        path = index.path
+        self._written[path] = fd
+        self._indexes[path] = index
         self.changed = True
         return index.head
 
@@ -394,6 +389,29 @@ class Txn:
             self._done.append(old.close)
         self._done.append(lambda: trim_writers(self.shared, stem))
         return index
+
+
+#: What :meth:`Txn.append` changed (:func:`_unappend` takes it back): the index, where
+#: the batch started, and the index's ``scanned_size``, ``head``, number of offsets, of
+#: batch ends, ``last_ts``, number of fresh runs, and the runs it touched as they were
+#: before (``None``: none).
+_AppendMark = tuple[FileIndex, int, int, int, int, int, "float | None", int, "_Runs"]
+_Runs = dict[str, tuple[int, int] | None] | None
+
+
+def _unappend(mark: _AppendMark) -> None:
+    """Cut the file back to where an append started and forget the batch in the index."""
+    index, start, scanned, head, n_offsets, n_ends, last_ts, n_runs, runs = mark
+    IO.truncate(index.fd, start)
+    index.end, index.scanned_size, index.head, index.last_ts = start, scanned, head, last_ts
+    del index.offsets[n_offsets:]
+    del index.batch_ends[n_ends:]
+    del index.fresh_runs[n_runs:]
+    for run_id, known in (runs or {}).items():
+        if known is None:
+            index.runs.pop(run_id, None)
+        else:
+            index.runs[run_id] = known
 
 
 def trim_writers(shared: Shared, keep: str) -> None:

@@ -238,6 +238,44 @@ def test_failed_write_is_truncated_back_and_retry_leaves_no_gap(
 
 
 @pytest.mark.usefixtures("io_seam")
+@pytest.mark.parametrize("leased", [False, True], ids=["unleased", "leased"])
+def test_short_writes_continue_and_a_failing_rest_is_cut_back(
+    store: JsonlStore, root: Path, leased: bool
+) -> None:
+    """A write that takes only part of a batch is continued to the end (the batch lands
+    whole, read back exact); if the rest then fails, the file is cut back to before the
+    batch and a retry lands once. Leased or not (the usual append's own path)."""
+    owner = "me" if leased else None
+    if owner is not None:
+        store.acquire_lease("s", owner, ttl=60, holder="test")
+    one = tuple(prepare_events([NewEvent("k", 0)]))
+    assert store.write_batch([AppendOp("s", one, owner=owner)]) == [1]
+    sizes: list[int] = []
+
+    def short(fd: int, data: bytes) -> int:
+        sizes.append(len(data))
+        return os.write(fd, bytes(data)[:7])
+
+    jsonl_files.IO.write = short
+    two = tuple(prepare_events([NewEvent("k", {"n": 1})]))
+    assert store.write_batch([AppendOp("s", two, expected_head=1, owner=owner)]) == [2]
+    assert len(sizes) > 2  # it took several writes
+    size = session_file(root, "s").stat().st_size
+    calls = iter([True])
+    jsonl_files.IO.write = lambda fd, data: (
+        os.write(fd, bytes(data)[:7]) if next(calls, False) else _failing(errno.ENOSPC)()
+    )
+    three = tuple(prepare_events([NewEvent("k", 3)]))
+    with pytest.raises(StoreIOError):
+        store.write_batch([AppendOp("s", three, expected_head=2, owner=owner)])
+    assert session_file(root, "s").stat().st_size == size
+    jsonl_files.IO.write = os.write
+    assert store.write_batch([AppendOp("s", three, expected_head=2, owner=owner)]) == [3]
+    assert [e.data for e in store.read("s")] == [0, {"n": 1}, 3]
+    assert store.check_integrity() == (True, "ok")
+
+
+@pytest.mark.usefixtures("io_seam")
 def test_failed_fsync_in_full_mode_rolls_the_batch_back(root: Path) -> None:
     """synchronous="full": an fsync failure fails the batch whole (every session of it
     truncated back) and a retry lands once."""
