@@ -132,6 +132,23 @@ def commit_line(line: bytes) -> bool:
     return cut > 0 and end_mark(line[:cut])[0] > 0 and PREFIX.match(line) is not None
 
 
+#: The last commit time written and its text (see :func:`_stamp`).
+_LAST_STAMP: list[tuple[float, str]] = [(0.0, "0.0")]
+
+
+def _stamp(ts: float) -> str:
+    """``repr(ts)``, the text of a commit time. The ops of one batch share one time (the
+    very object ``run_batch`` took), and each op of W2's shape writes its own line: the
+    last text is reused for that same object (a float's ``repr`` is CPython's dtoa, some
+    6k instructions). Exact: only the same object is reused."""
+    last = _LAST_STAMP[0]
+    if last[0] is ts:
+        return last[1]
+    text = repr(ts)
+    _LAST_STAMP[0] = (ts, text)
+    return text
+
+
 class Plain(Codec):
     """Format 2 (``tag`` empty), 3 or 4 (``tag``: the file's :func:`file_key`) in plain
     lines (see the module doc)."""
@@ -198,11 +215,11 @@ class Plain(Codec):
             ev = events[0]
             run = "" if ev.run_id is None else f',"run_id":{json_str(ev.run_id)}'
             line = (
-                f'{{"seq":{first_seq},"ts":{ts!r},"kind":{json_str(ev.kind)}{run},'
+                f'{{"seq":{first_seq},"ts":{_stamp(ts)},"kind":{json_str(ev.kind)}{run},'
                 f'"data":{ev.data_json},"end":1{durable}{self._text}'
             ).encode()
             return line + b',"crc":%d}\n' % zlib.crc32(line), [0]
-        stamp = repr(ts)
+        stamp = _stamp(ts)
         crc32 = zlib.crc32
         last = len(events) - 1
         out: list[bytes] = []
