@@ -3,7 +3,9 @@ fork, on top of the transaction of :mod:`stores.jsonl._write`.
 
 Each op runs under a savepoint of the batch: a :class:`TidelogError` (conflict, lost
 ownership...) undoes that op alone and is its result; an ``OSError`` fails the batch as a
-whole (:class:`~stores.jsonl._write.BatchFailure`, the transaction undoes everything).
+whole (:class:`~stores.jsonl._write.BatchFailure`, the transaction undoes everything). The
+usual op, an append at the head of a session this process holds, needs no savepoint: it
+can fail alone only before it changed anything.
 """
 
 from __future__ import annotations
