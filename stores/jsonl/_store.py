@@ -218,6 +218,7 @@ class JsonlStore(Reader, BatchingStore):
                 return None
         else:
             index.refresh(info.st_size)
+        writers.pop(stem, None)  # the most recently taken last: trim_writers keeps it longest
         writers[stem] = index
         check_header_id(index.header, session_id, path)
         if index.header.format < FORMAT:  # publish a format 4 successor, then write that

@@ -19,6 +19,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import os
+import resource
 import secrets
 import uuid
 from collections.abc import Callable
@@ -38,9 +39,25 @@ from ._sidecar import note_synced, persist
 
 __all__ = ["BatchFailure", "Layout", "Txn", "trim_writers"]
 
-#: Writer-side file indexes kept open for sessions this process does not hold (each
-#: holds a descriptor: a lease's index is closed when the lease is released).
-KEEP_WRITERS = 64
+
+def _keep_writers() -> int:
+    """An eighth of the process's file descriptor limit, within 64..1024."""
+    try:
+        soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+    except (OSError, ValueError):
+        return 64
+    if soft == resource.RLIM_INFINITY:
+        return 1024
+    return max(64, min(1024, soft // 8))
+
+
+#: Writer-side file indexes kept open for sessions this process does not hold, the least
+#: recently written closed first (each holds a descriptor, hence the bound: an eighth of
+#: the descriptor limit, 64..1024; a lease's index is closed when the lease is released).
+#: A session written again while its index is kept is not read again (unless another
+#: process wrote it meanwhile): batches cycling through more sessions than this without
+#: leases read each file's unsaved tail again on every write.
+KEEP_WRITERS = _keep_writers()
 
 #: Cut history kept in a header; older cuts fold into one (conservative for old pins).
 MAX_CUTS = 256
@@ -416,7 +433,8 @@ def _unappend(mark: _AppendMark) -> None:
 
 def trim_writers(shared: Shared, keep: str) -> None:
     """Close writer-side indexes past :data:`KEEP_WRITERS` of sessions whose lock this
-    process does not hold (``keep``: the one just used). The caller holds the mutex."""
+    process does not hold, the least recently taken first (``keep``: the one just used).
+    The caller holds the mutex."""
     writers = shared.writers
     if len(writers) <= KEEP_WRITERS:
         return

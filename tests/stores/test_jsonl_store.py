@@ -27,6 +27,7 @@ from stores import (
 )
 from stores.jsonl import _files as jsonl_files
 from stores.jsonl import _index as jsonl_index
+from stores.jsonl import _write as jsonl_write
 from stores.jsonl._format import file_stem, stem_id
 
 
@@ -451,3 +452,41 @@ def test_group_then_failing_op_commits_the_group(store: JsonlStore, root: Path) 
         assert other.write_batch([AppendOp(s, one) for s in ("x", "y")]) == [3, 3]
     finally:
         other.close()
+
+
+def test_writer_indexes_of_recent_sessions_are_kept(
+    store: JsonlStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Without leases, a session written again is not read again while its writer index
+    is kept: up to KEEP_WRITERS of them, the least recently written closed first."""
+    monkeypatch.setattr(jsonl_write, "KEEP_WRITERS", 8)
+    one = tuple(prepare_events([NewEvent("k")]))
+    names = [f"s{i}" for i in range(8)]
+    store.write_batch([AppendOp(s, one) for s in names])
+    opened: list[str] = []
+    real = jsonl_index.FileIndex.open.__func__  # type: ignore[attr-defined]
+
+    def counting(cls: type[jsonl_index.FileIndex], /, path: str, **kwargs: Any) -> Any:
+        opened.append(Path(path).stem)
+        return real(cls, path, **kwargs)
+
+    monkeypatch.setattr(jsonl_index.FileIndex, "open", classmethod(counting))
+    assert store.write_batch([AppendOp(s, one) for s in names]) == [2] * 8
+    assert opened == []  # all kept: none read again
+    store.write_batch([AppendOp("s0", one)])  # s0 is now the most recently written
+    store.write_batch([AppendOp("t0", one)])  # past the bound: the least recent are closed
+    opened.clear()
+    assert store.write_batch([AppendOp("s0", one), AppendOp("s7", one)]) == [4, 3]
+    assert opened == []
+    assert store.write_batch([AppendOp("s1", one)]) == [3]
+    assert opened == ["s1"]
+    assert store.check_integrity() == (True, "ok")
+
+
+def test_keep_writers_follows_the_descriptor_limit() -> None:
+    """The bound on kept writer indexes is an eighth of the descriptor limit, 64..1024."""
+    import resource
+
+    soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+    expected = 1024 if soft == resource.RLIM_INFINITY else max(64, min(1024, soft // 8))
+    assert jsonl_write._keep_writers() == expected
