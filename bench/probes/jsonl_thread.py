@@ -1,10 +1,11 @@
 """The JSONL store thread's cost per op, alone: ``python -m bench.probes.jsonl_thread``.
 
-W2's batches as the runtime's writer hands them to the store: ``write_batch`` with one
-one-event append (the bench payload, leased, with ``expected_head``) for each of 100
-sessions, 50 batches per measurement, best of 7, ``synchronous="normal"``, no event
-loop and no other thread competing for the GIL. It prints microseconds per op: the share
-of W2's per-event cost that the JSONL write path (``stores/jsonl/``) decides.
+W2's batches as the runtime's writer hands them to the store (the ops built beforehand,
+as the runtime builds them on the event loop): ``write_batch`` with one one-event append
+(the bench payload, leased, with ``expected_head``) for each of 100 sessions, 50 batches
+per measurement, best of 7, ``synchronous="normal"``, no event loop and no other thread
+competing for the GIL. It prints microseconds per op: the share of W2's per-event cost
+that the JSONL write path (``stores/jsonl/``) decides.
 
 Beside it, measured the same way in the same run, the raw file reference's share: what
 W2's raw loop does per op in its thread, one ``os.write`` of the op's line to its
@@ -13,8 +14,9 @@ loop encodes it on the event loop.
 
 And the *floor*: the least a store thread written in Python can do per op and keep the
 contract's promises for an append -- the owner and expected-head checks, the next seq,
-the format 2 line with its time, kind, commit mark and CRC-32, the ``os.write``, the
-seq-to-offset index and an undo record -- with no store around it: one loop over
+the format 2 line with its time (the batch's one time, spelled once per batch), kind,
+commit mark and CRC-32, the ``os.write``, the seq-to-offset index and an undo record --
+with no store around it: one loop over
 ``__slots__`` records. Not a store (no locks, no files created, no undo run); it bounds
 what rewriting the JSONL write path in Python could gain.
 """
@@ -47,18 +49,28 @@ def measure(root: str) -> float:
         for name in names:
             store.acquire_lease(name, "bench", ttl=3600, holder="bench")
 
-        def batches(n: int) -> None:
-            for _ in range(n):
-                ops = [AppendOp(s, events, expected_head=heads[s], owner="bench") for s in names]
-                for name, head in zip(names, store.write_batch(ops), strict=True):
+        def ops(n: int) -> list[list[AppendOp]]:
+            """The next ``n`` batches' ops, built beforehand: the runtime builds them on
+            the event loop, not in the store's thread."""
+            built = []
+            for k in range(n):
+                built.append(
+                    [AppendOp(s, events, expected_head=heads[s] + k, owner="bench") for s in names]
+                )
+            return built
+
+        def batches(built: list[list[AppendOp]]) -> None:
+            for batch in built:
+                for name, head in zip(names, store.write_batch(batch), strict=True):
                     assert isinstance(head, int), head
                     heads[name] = head
 
-        batches(5)
+        batches(ops(5))
         best = float("inf")
         for _ in range(ROUNDS):
+            built = ops(BATCHES)
             start = time.perf_counter()
-            batches(BATCHES)
+            batches(built)
             best = min(best, time.perf_counter() - start)
         return best / (BATCHES * SESSIONS) * 1e6
     finally:
@@ -121,6 +133,7 @@ def measure_floor(root: str) -> float:
             for _ in range(BATCHES):
                 ops = [(name, event, s.head, "bench") for name, s in sessions.items()]
                 now = time.time()
+                stamp = repr(now)  # one time per batch, spelled once (as the store does)
                 undo: list[tuple[_FloorSession, int]] = []
                 results: list[int | None] = []
                 for name, ev, expected, owner in ops:
@@ -130,7 +143,7 @@ def measure_floor(root: str) -> float:
                         continue
                     seq = s.head + 1
                     line = (
-                        f'{{"seq":{seq},"ts":{now!r},"kind":"{ev.kind}",'
+                        f'{{"seq":{seq},"ts":{stamp},"kind":"{ev.kind}",'
                         f'"data":{ev.data_json},"end":1,"f":"0123abcd"'  # format 3's file key
                     ).encode()
                     line += b',"crc":%d}\n' % zlib.crc32(line)
