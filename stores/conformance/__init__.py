@@ -40,6 +40,7 @@ from stores.conformance.leases import LeaseAndPinCases
 from stores.conformance.limits import LimitCases
 from stores.conformance.listing import ListingCases
 from stores.conformance.log import LogCases
+from stores.conformance.model import ModelCases
 from stores.conformance.readonly import ReadOnlyCases
 from stores.conformance.restore import RestoreCases
 
@@ -52,6 +53,7 @@ class StoreConformance(
     InputCases,
     LimitCases,
     BatchCases,
+    ModelCases,
     LeaseAndPinCases,
     HandleCases,
     ForkCases,
