@@ -26,11 +26,21 @@ from __future__ import annotations
 
 import pathlib
 import time
+from typing import Any
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from stores import AppendOp, ConflictError, GroupOp, NewEvent, Store
-from stores.conformance._support import _GOOD_PAYLOADS, _events, _prepared, _seqs, _strict_equal
+from stores.conformance._support import (
+    _GOOD_PAYLOADS,
+    _QUICK,
+    _events,
+    _prepared,
+    _seqs,
+    _strict_equal,
+)
 from stores.conformance.batches import BatchCases
 from stores.conformance.capabilities import CapabilityCases
 from stores.conformance.forks import ForkCases
@@ -40,7 +50,7 @@ from stores.conformance.leases import LeaseAndPinCases
 from stores.conformance.limits import LimitCases
 from stores.conformance.listing import ListingCases
 from stores.conformance.log import LogCases
-from stores.conformance.model import ModelCases
+from stores.conformance.model import BATCHES, ModelCases
 from stores.conformance.readonly import ReadOnlyCases
 from stores.conformance.restore import RestoreCases
 
@@ -175,6 +185,31 @@ class DurableStoreConformance(StoreConformance):
             2,
         ]
         assert [e.data for e in reopened.read("a")][1] == {"i": 0, "tag": "g"}
+
+    @_QUICK
+    @given(batches=BATCHES, reopens=st.sets(st.integers(min_value=0, max_value=7)))
+    def test_random_batches_match_the_reference_across_reopens(
+        self,
+        store: Store,
+        tmp_path: pathlib.Path,
+        batches: list[list[tuple[str, Any]]],
+        reopens: set[int],
+    ) -> None:
+        """Random batches (as ModelCases) give the reference's results and logs when the
+        store is closed and reopened after some of them: what a batch acknowledged stays,
+        and nothing it did not."""
+        del store  # (the fixture's handle stays open beside the example's own)
+        live = [self._track(self.make_store(tmp_path))]
+
+        def after(current: Store, i: int) -> Store:
+            if i in reopens:
+                live.append(self._reopen(current, tmp_path))
+            return live[-1]
+
+        try:
+            self._replay(live[0], batches, after)
+        finally:
+            live[-1].close()  # (each reopen closed the one before it)
 
     def test_reopen_continues_seqs(self, store: Store, tmp_path: pathlib.Path) -> None:
         """Appends after reopen continue from the stored head, with expected_head checks."""

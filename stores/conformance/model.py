@@ -11,6 +11,7 @@ op fails alone and what the batch did before it must stand.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from hypothesis import given
@@ -29,7 +30,7 @@ from stores import (
 )
 from stores.conformance._support import _QUICK, ConformanceBase, _prepared
 
-__all__ = ["ModelCases"]
+__all__ = ["BATCHES", "ModelCases"]
 
 #: ``(who, events, expect)``: an append to session ``who`` of that many events, with no
 #: expected head (``None``), the reference's head (``True``) or a wrong one (``False``).
@@ -49,7 +50,8 @@ _OP = st.one_of(
     st.tuples(st.just("delete"), st.integers(min_value=0, max_value=2)),
 )
 
-_BATCHES = st.lists(st.lists(_OP, min_size=1, max_size=4), min_size=1, max_size=8)
+#: Batches of ops as :meth:`ModelCases._replay` takes them.
+BATCHES = st.lists(st.lists(_OP, min_size=1, max_size=4), min_size=1, max_size=8)
 
 
 def _outcome(result: BatchResult) -> object:
@@ -65,13 +67,23 @@ class ModelCases(ConformanceBase):
     """Random batches of every kind of op give the reference store's results and logs."""
 
     @_QUICK
-    @given(batches=_BATCHES)
+    @given(batches=BATCHES)
     def test_random_batches_match_the_reference(
         self, store: Store, batches: list[list[tuple[str, Any]]]
     ) -> None:
         """Any batches of appends (right, wrong or no expected head), groups, truncates,
-        replaces and deletes give the reference's per-op results and leave the same logs;
-        a batch that fails whole fails on both."""
+        replaces and deletes give the reference's per-op results and leave the same logs."""
+        self._replay(store, batches)
+
+    def _replay(
+        self,
+        store: Store,
+        batches: list[list[tuple[str, Any]]],
+        after: Callable[[Store, int], Store] | None = None,
+    ) -> None:
+        """Apply ``batches`` to ``store`` and to a fresh reference, comparing as the
+        module doc says; ``after(store, i)`` (if given) runs after batch ``i`` and returns
+        the store to go on with (a reopened one)."""
         prefix = self._fresh_id("m")
         names = [f"{prefix}-{i}" for i in range(3)]
         reference = MemoryStore()
@@ -85,7 +97,7 @@ class ModelCases(ConformanceBase):
             tag += 1
             return AppendOp(names[who], _prepared(count, f"t{tag}"), expected_head=expected)
 
-        for batch in batches:
+        for i, batch in enumerate(batches):
             ops: list[WriteOp] = []
             for kind, spec in batch:
                 if kind == "append":
@@ -102,5 +114,7 @@ class ModelCases(ConformanceBase):
                     ops.append(DeleteOp(names[spec]))
             expected = [_outcome(r) for r in reference.write_batch(ops)]
             assert [_outcome(r) for r in store.write_batch(ops)] == expected, ops
+            if after is not None:
+                store = after(store, i)
             for name in names:
                 assert _log(store, name) == _log(reference, name), name
