@@ -353,10 +353,23 @@ class Txn:
             data += codec.batch(events, header.base_seq + 1, now, stamps)[0]
         path = self.layout.session(stem)
         publish(self.layout.tmp, path, data, replace=False)
-        self._undo.append(lambda: IO.unlink(path))
+        opened: list[FileIndex] = []
+
+        def undo() -> None:
+            IO.unlink(path)
+            # No file by that name again: the index of the one removed must not stay the
+            # session's writer (a held lease skips the look at the file, and an append
+            # would land in the removed file).
+            for index in opened:
+                if self.shared.writers.get(stem) is index:
+                    self.shared.writers[stem] = None
+                index.close()
+
+        self._undo.append(undo)
         self._dirs.add(self.layout.sessions)
         self.changed = True
-        return self._open(stem, path)
+        opened.append(self._open(stem, path))
+        return opened[0]
 
     def rewrite(self, stem: str, index: FileIndex, header: Header, body: bytes) -> FileIndex:
         """Publish a new version of a session file over the old one (write, fsync, rename;

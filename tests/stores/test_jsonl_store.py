@@ -277,6 +277,53 @@ def test_short_writes_continue_and_a_failing_rest_is_cut_back(
 
 
 @pytest.mark.usefixtures("io_seam")
+def test_a_leased_session_created_by_a_failed_batch_is_created_again(
+    store: JsonlStore, root: Path
+) -> None:
+    """A batch that created a leased session and then failed removes the file and
+    forgets its index: the resend creates the session again, in a file that stays (not
+    in the removed one), and it reads back from another handle."""
+    store.acquire_lease("s", "me", ttl=60, holder="test")
+    one = tuple(prepare_events([NewEvent("k", 1)]))
+    calls = iter(range(100))
+    jsonl_files.IO.write = lambda fd, data: (
+        os.write(fd, data) if next(calls) != 1 else _failing(errno.ENOSPC)()
+    )
+    ops = [AppendOp("s", one, expected_head=0, owner="me"), AppendOp("t", one)]
+    with pytest.raises(StoreIOError):  # s created, then t's write fails: undone whole
+        store.write_batch(ops)
+    assert not session_file(root, "s").exists()
+    jsonl_files.IO.write = os.write
+    resend = [AppendOp("s", one, expected_head=0, owner="me", retry=True)]
+    assert store.write_batch(resend) == [1]
+    assert store.write_batch([AppendOp("s", one, expected_head=1, owner="me")]) == [2]
+    other = JsonlStore(root)
+    try:
+        assert [e.data for e in other.read("s")] == [1, 1]
+    finally:
+        other.close()
+
+
+def test_a_leased_session_created_by_a_failed_group_is_created_again(
+    store: JsonlStore, root: Path
+) -> None:
+    """A group that created a leased session and failed on a later member is undone with
+    the file: the next append creates the session again, readable from another handle."""
+    store.acquire_lease("s", "me", ttl=60, holder="test")
+    one = tuple(prepare_events([NewEvent("k", 1)]))
+    group = GroupOp((AppendOp("s", one, owner="me"), AppendOp("s", one, expected_head=0)))
+    [failed] = store.write_batch([group])
+    assert isinstance(failed, ConflictError)
+    assert not session_file(root, "s").exists()
+    assert store.write_batch([AppendOp("s", one, expected_head=0, owner="me")]) == [1]
+    other = JsonlStore(root)
+    try:
+        assert [e.data for e in other.read("s")] == [1]
+    finally:
+        other.close()
+
+
+@pytest.mark.usefixtures("io_seam")
 def test_failed_fsync_in_full_mode_rolls_the_batch_back(root: Path) -> None:
     """synchronous="full": an fsync failure fails the batch whole (every session of it
     truncated back) and a retry lands once."""
