@@ -192,22 +192,21 @@ class DurableStoreConformance(StoreConformance):
         self,
         store: Store,
         tmp_path: pathlib.Path,
-        batches: list[list[tuple[str, Any]]],
+        batches: list[Any],
         reopens: set[int],
     ) -> None:
         """Random batches (as ModelCases) give the reference's results and logs when the
-        store is closed and reopened after some of them: what a batch acknowledged stays,
-        and nothing it did not."""
+        store is closed and reopened after some of them (its leases given up first): what a
+        batch acknowledged stays, and nothing it did not."""
         del store  # (the fixture's handle stays open beside the example's own)
         live = [self._track(self.make_store(tmp_path))]
 
-        def after(current: Store, i: int) -> Store:
-            if i in reopens:
-                live.append(self._reopen(current, tmp_path))
+        def reopen(current: Store) -> Store:
+            live.append(self._reopen(current, tmp_path))
             return live[-1]
 
         try:
-            self._replay(live[0], batches, after)
+            self._replay(live[0], batches, reopen, frozenset(reopens))
         finally:
             live[-1].close()  # (each reopen closed the one before it)
 

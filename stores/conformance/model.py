@@ -1,9 +1,11 @@
 """Conformance cases: random batches of every kind of op, against the reference store.
 
-Each example draws batches of appends (with no expected head, the right one or a wrong
-one), groups of appends, truncates, replaces and deletes over three sessions, applies
-each batch to the backend under test and to a fresh :class:`~stores.MemoryStore`, and
-requires the same results (a head, or the same error class) and then the same logs.
+Each example draws steps over three sessions: batches of appends (with no expected head,
+the right one or a wrong one), groups of appends, truncates, replaces and deletes, each
+op with no lease token, the token of the lease taken in the example or another one; and
+leases taken and released between the batches. It applies each step to the backend
+under test and to a fresh :class:`~stores.MemoryStore` and requires the same results (a
+head, or the same error class) and then the same logs.
 The expected heads are taken from the reference just before each batch, so a second op
 on one session in a batch, or a group after a failed op, exercises the paths where an
 op fails alone and what the batch did before it must stand.
@@ -25,6 +27,7 @@ from stores import (
     MemoryStore,
     ReplaceOp,
     Store,
+    TidelogError,
     TruncateOp,
     WriteOp,
 )
@@ -32,30 +35,51 @@ from stores.conformance._support import _QUICK, ConformanceBase, _prepared
 
 __all__ = ["BATCHES", "ModelCases"]
 
-#: ``(who, events, expect)``: an append to session ``who`` of that many events, with no
-#: expected head (``None``), the reference's head (``True``) or a wrong one (``False``).
+_WHO = st.integers(min_value=0, max_value=2)
+#: An op's lease token: none (most ops), the example's lease's, or another one.
+_OWNER = st.sampled_from([None, None, "me", "you"])
+
+#: ``(who, events, expect, owner)``: an append to session ``who`` of that many events,
+#: with no expected head (``None``), the reference's head (``True``) or a wrong one
+#: (``False``).
 _APPEND = st.tuples(
-    st.integers(min_value=0, max_value=2),
-    st.integers(min_value=1, max_value=3),
-    st.sampled_from([None, True, False]),
+    _WHO, st.integers(min_value=1, max_value=3), st.sampled_from([None, True, False]), _OWNER
 )
 
 _OP = st.one_of(
     st.tuples(st.just("append"), _APPEND),
     st.tuples(st.just("group"), st.lists(_APPEND, min_size=1, max_size=3)),
-    st.tuples(st.just("truncate"), st.tuples(st.integers(0, 2), st.integers(0, 5))),
-    st.tuples(
-        st.just("replace"), st.tuples(st.integers(0, 2), st.integers(0, 5), st.integers(0, 2))
-    ),
-    st.tuples(st.just("delete"), st.integers(min_value=0, max_value=2)),
+    st.tuples(st.just("truncate"), st.tuples(_WHO, st.integers(0, 5), _OWNER)),
+    st.tuples(st.just("replace"), st.tuples(_WHO, st.integers(0, 5), st.integers(0, 2), _OWNER)),
+    st.tuples(st.just("delete"), st.tuples(_WHO, _OWNER)),
 )
 
-#: Batches of ops as :meth:`ModelCases._replay` takes them.
-BATCHES = st.lists(st.lists(_OP, min_size=1, max_size=4), min_size=1, max_size=8)
+#: The steps of an example as :meth:`ModelCases._replay` takes them: a batch of ops, or a
+#: lease taken or released (``"me"`` or ``"you"``) between batches.
+BATCHES = st.lists(
+    st.one_of(
+        st.lists(_OP, min_size=1, max_size=4),
+        st.tuples(st.sampled_from(["lease", "release"]), _WHO, st.sampled_from(["me", "you"])),
+    ),
+    min_size=1,
+    max_size=8,
+)
 
 
 def _outcome(result: BatchResult) -> object:
     return result if isinstance(result, int) else type(result).__name__
+
+
+def _call(store: Store, action: str, session_id: str, owner: str) -> object:
+    """Take or release ``owner``'s lease on the session; ``None`` or the error's class."""
+    try:
+        if action == "lease":
+            store.acquire_lease(session_id, owner, ttl=3600, holder="model")
+        else:
+            store.release_lease(session_id, owner)
+    except TidelogError as exc:
+        return type(exc).__name__
+    return None
 
 
 def _log(store: Store, session_id: str) -> tuple[int, list[tuple[int, str, Any, str | None]]]:
@@ -68,9 +92,7 @@ class ModelCases(ConformanceBase):
 
     @_QUICK
     @given(batches=BATCHES)
-    def test_random_batches_match_the_reference(
-        self, store: Store, batches: list[list[tuple[str, Any]]]
-    ) -> None:
+    def test_random_batches_match_the_reference(self, store: Store, batches: list[Any]) -> None:
         """Any batches of appends (right, wrong or no expected head), groups, truncates,
         replaces and deletes give the reference's per-op results and leave the same logs."""
         self._replay(store, batches)
@@ -78,43 +100,63 @@ class ModelCases(ConformanceBase):
     def _replay(
         self,
         store: Store,
-        batches: list[list[tuple[str, Any]]],
-        after: Callable[[Store, int], Store] | None = None,
+        batches: list[Any],
+        reopen: Callable[[Store], Store] | None = None,
+        at: frozenset[int] = frozenset(),
     ) -> None:
         """Apply ``batches`` to ``store`` and to a fresh reference, comparing as the
-        module doc says; ``after(store, i)`` (if given) runs after batch ``i`` and returns
-        the store to go on with (a reopened one)."""
+        module doc says; after each step whose index is in ``at``, ``reopen(store)``
+        returns the store to go on with. A lease lasts as long as the handle (or process,
+        or connection) that took it, which differs between backends: before a reopen both
+        sides give up the example's leases."""
         prefix = self._fresh_id("m")
         names = [f"{prefix}-{i}" for i in range(3)]
         reference = MemoryStore()
         tag = 0
 
-        def append(spec: tuple[int, int, bool | None]) -> AppendOp:
+        def append(spec: tuple[int, int, bool | None, str | None]) -> AppendOp:
             nonlocal tag
-            who, count, expect = spec
+            who, count, expect, owner = spec
             head = reference.head(names[who])
             expected = None if expect is None else head if expect else head + 7
             tag += 1
-            return AppendOp(names[who], _prepared(count, f"t{tag}"), expected_head=expected)
+            events = _prepared(count, f"t{tag}")
+            return AppendOp(names[who], events, expected_head=expected, owner=owner)
 
-        for i, batch in enumerate(batches):
+        def after(current: Store, i: int) -> Store:
+            if reopen is None or i not in at:
+                return current
+            for name in names:
+                for token in ("me", "you"):
+                    current.release_lease(name, token)
+                    reference.release_lease(name, token)
+            return reopen(current)
+
+        for i, step in enumerate(batches):
+            if isinstance(step, tuple):  # a lease taken or released between batches
+                action, who, token = step
+                assert _call(store, action, names[who], token) == _call(
+                    reference, action, names[who], token
+                ), step
+                store = after(store, i)
+                continue
             ops: list[WriteOp] = []
-            for kind, spec in batch:
+            for kind, spec in step:
                 if kind == "append":
                     ops.append(append(spec))
                 elif kind == "group":
                     ops.append(GroupOp(tuple(append(member) for member in spec)))
                 elif kind == "truncate":
-                    ops.append(TruncateOp(names[spec[0]], spec[1]))
+                    ops.append(TruncateOp(names[spec[0]], spec[1], owner=spec[2]))
                 elif kind == "replace":
-                    who, from_seq, count = spec
+                    who, from_seq, count, owner = spec
                     tag += 1
-                    ops.append(ReplaceOp(names[who], from_seq, _prepared(count, f"t{tag}")))
+                    events = _prepared(count, f"t{tag}")
+                    ops.append(ReplaceOp(names[who], from_seq, events, owner=owner))
                 else:
-                    ops.append(DeleteOp(names[spec]))
+                    ops.append(DeleteOp(names[spec[0]], owner=spec[1]))
             expected = [_outcome(r) for r in reference.write_batch(ops)]
             assert [_outcome(r) for r in store.write_batch(ops)] == expected, ops
-            if after is not None:
-                store = after(store, i)
+            store = after(store, i)
             for name in names:
                 assert _log(store, name) == _log(reference, name), name
