@@ -3,7 +3,7 @@
 Each example draws steps over three sessions: batches of appends (with no expected head,
 the right one or a wrong one), groups of appends, truncates, replaces and deletes, each
 op with no lease token, the token of the lease taken in the example or another one; and
-leases taken and released between the batches. It applies each step to the backend
+leases taken and released, and forks, between the batches. It applies each step to the backend
 under test and to a fresh :class:`~stores.MemoryStore` and requires the same results (a
 head, or the same error class) and then the same logs.
 The expected heads are taken from the reference just before each batch, so a second op
@@ -60,6 +60,7 @@ BATCHES = st.lists(
     st.one_of(
         st.lists(_OP, min_size=1, max_size=4),
         st.tuples(st.sampled_from(["lease", "release"]), _WHO, st.sampled_from(["me", "you"])),
+        st.tuples(st.just("fork"), _WHO, _WHO, st.one_of(st.none(), st.integers(0, 5))),
     ),
     min_size=1,
     max_size=8,
@@ -70,13 +71,17 @@ def _outcome(result: BatchResult) -> object:
     return result if isinstance(result, int) else type(result).__name__
 
 
-def _call(store: Store, action: str, session_id: str, owner: str) -> object:
-    """Take or release ``owner``'s lease on the session; ``None`` or the error's class."""
+def _call(store: Store, action: str, session_id: str, arg: str, *at_seq: int | None) -> object:
+    """Take or release lease token ``arg``'s lease on the session, or fork it to session
+    ``arg`` (at ``at_seq``); the fork's head and parent, ``None``, or the error's class."""
     try:
         if action == "lease":
-            store.acquire_lease(session_id, owner, ttl=3600, holder="model")
+            store.acquire_lease(session_id, arg, ttl=3600, holder="model")
+        elif action == "release":
+            store.release_lease(session_id, arg)
         else:
-            store.release_lease(session_id, owner)
+            info = store.fork(session_id, arg, at_seq=at_seq[0])
+            return info.head, info.parent
     except TidelogError as exc:
         return type(exc).__name__
     return None
@@ -133,10 +138,11 @@ class ModelCases(ConformanceBase):
             return reopen(current)
 
         for i, step in enumerate(batches):
-            if isinstance(step, tuple):  # a lease taken or released between batches
-                action, who, token = step
-                assert _call(store, action, names[who], token) == _call(
-                    reference, action, names[who], token
+            if isinstance(step, tuple):  # a lease or a fork between batches
+                action, who, arg, *at_seq = step
+                target = names[arg] if action == "fork" else arg
+                assert _call(store, action, names[who], target, *at_seq) == _call(
+                    reference, action, names[who], target, *at_seq
                 ), step
                 store = after(store, i)
                 continue
