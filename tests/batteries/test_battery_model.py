@@ -1,9 +1,10 @@
 """Battery 4: model-based. A hypothesis ``RuleBasedStateMachine`` drives random write
 opens, appends (awaited, with and without ``expected_head``), ``append_nowait``, flushes
 (per session and runtime-wide), truncates, forks, deletes, snapshots (held across steps,
-read later), reads with windows, writer closes and full reopens against two runtimes -- one on
-a ``MemoryStore``, one on a SQLite file -- and a plain Python model. After every step
-both runtimes must agree with the model.
+read later), reads with windows, writer closes and full reopens against runtimes on a
+``MemoryStore``, a SQLite file, a JSONL store directory and (when a server is there)
+PostgreSQL, and a plain Python model. After every step every runtime must agree with the
+model.
 
 Design: hypothesis state machines are synchronous, the runtime is trio. The test task
 starts a *host* task that owns every runtime, handle and snapshot (their ``async with``
@@ -67,7 +68,7 @@ STEPS = size(40, 80)
 #: Session ids, including SQL metacharacters and path tricks (ids are data).
 SIDS = ["a", "b", "c'; DROP TABLE events; --", "../d%_", "fork-1", "fork-2"]
 #: The runtimes compared with the model (PostgreSQL too when a server is there).
-SIDES = ("memory", "sqlite")
+SIDES = ("memory", "sqlite", "jsonl")
 CALL_TIMEOUT = 60.0
 #: Rule arguments recorded in the trace.
 TRACED = ("sid", "source", "new_id", "at", "to_seq", "batch", "expect", "head", "back")
@@ -183,13 +184,15 @@ def make_machine(
         # -- plumbing ------------------------------------------------------------------
 
         async def _open_runtimes(self) -> None:
+            (self.dir / "model.jsonl").mkdir(exist_ok=True)
             targets: dict[str, MemoryStore | Path | str] = {
                 "memory": self.memory,
                 "sqlite": self.dir / "model.db",
+                "jsonl": self.dir / "model.jsonl",  # a directory: the JSONL file store
             }
             if self.pg_schema:
                 targets["postgres"] = url_of(test_dsn(), self.pg_schema)
-            for side in sides:  # opened memory first, sqlite second: closed in reverse
+            for side in sides:  # opened in this order, closed in reverse
                 cm = open_runtime(targets[side])
                 self.rts[side] = await cm.__aenter__()
                 self.rt_cms[side] = cm
@@ -532,8 +535,8 @@ def make_machine(
 
 @pytest.mark.parametrize("examples", [EXAMPLES])
 async def test_runtimes_agree_with_model(examples: int) -> None:
-    """A MemoryStore runtime, a SQLite runtime, a PostgreSQL runtime (when a server is
-    there) and a Python model agree after every step."""
+    """MemoryStore, SQLite, JSONL and PostgreSQL (when a server is there) runtimes and a
+    Python model agree after every step."""
     stats = {"examples": 0, "steps": 0, "reopens": 0, "forks": 0}
     send, receive = trio.open_memory_channel[Any](math.inf)
     driver = Driver(send)
