@@ -353,23 +353,28 @@ class Txn:
             data += codec.batch(events, header.base_seq + 1, now, stamps)[0]
         path = self.layout.session(stem)
         publish(self.layout.tmp, path, data, replace=False)
-        opened: list[FileIndex] = []
+        # The index this creation opens, and the one before it (of no file: there was
+        # none by that name, or publishing would have failed).
+        opened: list[FileIndex | None] = [self.shared.writers.get(stem)]
 
         def undo() -> None:
             IO.unlink(path)
             # No file by that name again: the index of the one removed must not stay the
             # session's writer (a held lease skips the look at the file, and an append
             # would land in the removed file).
+            current = self.shared.writers.get(stem)
+            if any(current is index for index in opened):
+                self.shared.writers[stem] = None
             for index in opened:
-                if self.shared.writers.get(stem) is index:
-                    self.shared.writers[stem] = None
-                index.close()
+                if index is not None:
+                    index.close()
 
         self._undo.append(undo)
         self._dirs.add(self.layout.sessions)
         self.changed = True
-        opened.append(self._open(stem, path))
-        return opened[0]
+        index = self._open(stem, path)
+        opened.append(index)
+        return index
 
     def rewrite(self, stem: str, index: FileIndex, header: Header, body: bytes) -> FileIndex:
         """Publish a new version of a session file over the old one (write, fsync, rename;
