@@ -113,6 +113,53 @@ async def test_intermittent_faults_commit_everything_exactly_once(
     )
 
 
+@pytest.mark.parametrize("failing", [1, 2, 3])
+@pytest.mark.usefixtures("seam")
+async def test_a_failed_creation_at_open_leaves_exactly_what_was_accepted(
+    tmp_path: Path, failing: int
+) -> None:
+    """The ``failing``-th fsync of a new session's life fails (FULL): publishing its
+    file, the commit of its creation, or its first append's commit. The log then holds
+    exactly the accepted events, once each: a failed open accepted nothing and the next
+    open creates the session again; a failed append's commit is retried."""
+    root = tmp_path / "first.jsonl"
+    root.mkdir()
+    calls = 0
+
+    def fsync(fd: int) -> None:
+        nonlocal calls
+        calls += 1
+        if calls == failing:
+            raise OSError(errno.EIO, os.strerror(errno.EIO))
+        os.fsync(fd)
+
+    accepted: list[JSON] = []
+    async with open_runtime(root, synchronous="full") as rt:
+        jsonl_files.IO.fsync = fsync
+        try:
+            async with rt.open_session("s", mode="write") as w:
+                assert isinstance(w, SessionWriter)
+                try:
+                    await w.append([NewEvent("k", 0)])
+                finally:
+                    accepted.append(0)  # accepted (committed, or retried: not resent)
+        except CommitPendingError:
+            assert failing == 3
+        except StoreError:
+            assert failing in (1, 2)  # the open failed: nothing accepted
+        async with rt.open_session("s", mode="write") as w:
+            assert isinstance(w, SessionWriter)
+            await w.append([NewEvent("k", 1)])
+            accepted.append(1)
+    assert calls > failing
+    store = JsonlStore(root, read_only=True)
+    try:
+        assert [e.data for e in store.read("s")] == accepted
+        assert store.check_integrity() == (True, "ok")
+    finally:
+        store.close()
+
+
 @pytest.mark.usefixtures("seam")
 async def test_failed_barrier_raises_and_the_next_one_syncs(tmp_path: Path) -> None:
     """A flush whose fsync fails raises a store error; the events stay committed and the
