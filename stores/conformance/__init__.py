@@ -19,7 +19,9 @@ Usage, in a test module of the backend::
 The base classes are not named ``Test*`` so pytest only collects them through a subclass.
 Every test is synchronous and pins one behaviour of the contract in ``stores/_contract.py``
 (the docstrings there are the specification), including that the store's declared
-:class:`~stores.Capabilities` agree with what it does.
+:class:`~stores.Capabilities` agree with what it does, and that random batches of every
+kind of op, leases and forks give the results and logs of :class:`~stores.MemoryStore`,
+the reference (:mod:`stores.conformance.model`; across reopens too, for a durable one).
 """
 
 from __future__ import annotations
