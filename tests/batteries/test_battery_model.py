@@ -533,6 +533,7 @@ def make_machine(
     return RuntimeMachine
 
 
+@pytest.mark.timeout(size(300, 1800))  # the soak version takes ~5 min on these machines
 @pytest.mark.parametrize("examples", [EXAMPLES])
 async def test_runtimes_agree_with_model(examples: int) -> None:
     """MemoryStore, SQLite, JSONL and PostgreSQL (when a server is there) runtimes and a
