@@ -76,7 +76,8 @@ from ._ops import apply_op, check_header_id, fork_session
 from ._read import Reader
 from ._root import check_root, open_root
 from ._sidecar import persist
-from ._write import BatchFailure, Layout, Txn, new_header, trim_writers
+from ._write import BatchFailure, Layout, Txn, new_header
+from ._writers import trim_writers
 from ._zstd import ZSTD4, require
 
 __all__ = ["JsonlStore"]

@@ -19,7 +19,6 @@ from __future__ import annotations
 import contextlib
 import functools
 import os
-import resource
 import secrets
 import uuid
 from collections.abc import Callable
@@ -36,28 +35,10 @@ from ._files import IO, Shared, fsync_dir, publish, write_all
 from ._format import FORMAT, Codec, Header, file_stem
 from ._index import FileIndex
 from ._sidecar import note_synced, persist
+from ._writers import trim_writers
 
-__all__ = ["BatchFailure", "Layout", "Txn", "trim_writers"]
+__all__ = ["BatchFailure", "Layout", "Txn"]
 
-
-def _keep_writers() -> int:
-    """An eighth of the process's file descriptor limit, within 64..1024."""
-    try:
-        soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
-    except (OSError, ValueError):
-        return 64
-    if soft == resource.RLIM_INFINITY:
-        return 1024
-    return max(64, min(1024, soft // 8))
-
-
-#: Writer-side file indexes kept open for sessions this process does not hold, the least
-#: recently written closed first (each holds a descriptor, hence the bound: an eighth of
-#: the descriptor limit, 64..1024; a lease's index is closed when the lease is released).
-#: A session written again while its index is kept is not read again (unless another
-#: process wrote it meanwhile): batches cycling through more sessions than this without
-#: leases read each file's unsaved tail again on every write.
-KEEP_WRITERS = _keep_writers()
 
 #: Cut history kept in a header; older cuts fold into one (conservative for old pins).
 MAX_CUTS = 256
@@ -447,21 +428,6 @@ def _unappend(mark: _AppendMark) -> None:
             index.runs.pop(run_id, None)
         else:
             index.runs[run_id] = known
-
-
-def trim_writers(shared: Shared, keep: str) -> None:
-    """Close writer-side indexes past :data:`KEEP_WRITERS` of sessions whose lock this
-    process does not hold, the least recently taken first (``keep``: the one just used).
-    The caller holds the mutex."""
-    writers = shared.writers
-    if len(writers) <= KEEP_WRITERS:
-        return
-    for other in [s for s in writers if s not in shared.locks and s != keep]:
-        dropped = writers.pop(other)
-        if dropped is not None:
-            dropped.close()
-        if len(writers) <= KEEP_WRITERS // 2:
-            break
 
 
 def _fsync_path(path: str, fd: int) -> None:

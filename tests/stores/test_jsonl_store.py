@@ -27,7 +27,7 @@ from stores import (
 )
 from stores.jsonl import _files as jsonl_files
 from stores.jsonl import _index as jsonl_index
-from stores.jsonl import _write as jsonl_write
+from stores.jsonl import _writers as jsonl_writers
 from stores.jsonl._format import file_stem, stem_id
 
 
@@ -506,7 +506,7 @@ def test_writer_indexes_of_recent_sessions_are_kept(
 ) -> None:
     """Without leases, a session written again is not read again while its writer index
     is kept: up to KEEP_WRITERS of them, the least recently written closed first."""
-    monkeypatch.setattr(jsonl_write, "KEEP_WRITERS", 8)
+    monkeypatch.setattr(jsonl_writers, "KEEP_WRITERS", 8)
     one = tuple(prepare_events([NewEvent("k")]))
     names = [f"s{i}" for i in range(8)]
     store.write_batch([AppendOp(s, one) for s in names])
@@ -536,4 +536,4 @@ def test_keep_writers_follows_the_descriptor_limit() -> None:
 
     soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
     expected = 1024 if soft == resource.RLIM_INFINITY else max(64, min(1024, soft // 8))
-    assert jsonl_write._keep_writers() == expected
+    assert jsonl_writers._keep_writers() == expected
