@@ -2,8 +2,10 @@
 
 Each example draws steps over three sessions: batches of appends (with no expected head,
 the right one or a wrong one), groups of appends, truncates, replaces and deletes, each
-op with no lease token, the token of the lease taken in the example or another one; and
-leases taken and released, and forks, between the batches. It applies each step to the backend
+op with no lease token, the token of the lease taken in the example or another one;
+leases taken and released, and forks, between the batches; and the last batch's appends
+and replaces sent again with ``retry=True`` (a caller resending after an error must not
+duplicate). It applies each step to the backend
 under test and to a fresh :class:`~stores.MemoryStore` and requires the same results (a
 head, or the same error class) and then the same logs.
 The expected heads are taken from the reference just before each batch, so a second op
@@ -16,6 +18,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+import attrs
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -61,6 +64,7 @@ BATCHES = st.lists(
         st.lists(_OP, min_size=1, max_size=4),
         st.tuples(st.sampled_from(["lease", "release"]), _WHO, st.sampled_from(["me", "you"])),
         st.tuples(st.just("fork"), _WHO, _WHO, st.one_of(st.none(), st.integers(0, 5))),
+        st.just("resend"),
     ),
     min_size=1,
     max_size=8,
@@ -137,7 +141,18 @@ class ModelCases(ConformanceBase):
                     reference.release_lease(name, token)
             return reopen(current)
 
+        last: list[WriteOp] = []
         for i, step in enumerate(batches):
+            if step == "resend":  # the last batch's appends and replaces again, as resends
+                again: list[WriteOp] = [
+                    attrs.evolve(op, retry=True)
+                    for op in last
+                    if isinstance(op, AppendOp | ReplaceOp)
+                ]
+                expected = [_outcome(r) for r in reference.write_batch(again)]
+                assert [_outcome(r) for r in store.write_batch(again)] == expected, again
+                store = after(store, i)
+                continue
             if isinstance(step, tuple):  # a lease or a fork between batches
                 action, who, arg, *at_seq = step
                 target = names[arg] if action == "fork" else arg
@@ -163,6 +178,7 @@ class ModelCases(ConformanceBase):
                     ops.append(DeleteOp(names[spec[0]], owner=spec[1]))
             expected = [_outcome(r) for r in reference.write_batch(ops)]
             assert [_outcome(r) for r in store.write_batch(ops)] == expected, ops
+            last = ops
             store = after(store, i)
             for name in names:
                 assert _log(store, name) == _log(reference, name), name
