@@ -42,7 +42,7 @@ def apply_op(layout: Layout, txn: Txn, op: WriteOp, now: float) -> int:
                 raise BatchFailure(_io_error("write_batch", exc)) from exc
     mark = txn.savepoint()
     try:
-        return _apply(layout, txn, op, now)
+        return _apply_other(layout, txn, op, now)
     except TidelogError:
         txn.undo_to(mark)
         raise
@@ -69,10 +69,16 @@ def _held_writer(txn: Txn, op: AppendOp) -> FileIndex | None:
 
 
 def _apply(layout: Layout, txn: Txn, op: WriteOp, now: float) -> int:
-    if type(op) is AppendOp:  # a group's member may be the usual append too
+    """A group's member: the usual append, or any other op as :func:`_apply_other`."""
+    if type(op) is AppendOp:
         index = _held_writer(txn, op)
         if index is not None:
             return txn.append(index, op.events, now)
+    return _apply_other(layout, txn, op, now)
+
+
+def _apply_other(layout: Layout, txn: Txn, op: WriteOp, now: float) -> int:
+    """Any op but the usual append (:func:`_held_writer` said no, or it is no append)."""
     if isinstance(op, GroupOp):
         return _apply_group(layout, txn, op, now)
     if not isinstance(op, RestoreOp) and op.owner is not None:
