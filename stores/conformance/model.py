@@ -1,13 +1,16 @@
 """Conformance cases: random batches of every kind of op, against the reference store.
 
 Each example draws steps over three sessions: batches of appends (with no expected head,
-the right one or a wrong one), groups of appends, truncates, replaces and deletes, each
-op with no lease token, the token of the lease taken in the example or another one;
-leases taken and released, and forks, between the batches; and the last batch's appends
-and replaces sent again with ``retry=True`` (a caller resending after an error must not
-duplicate). It applies each step to the backend
-under test and to a fresh :class:`~stores.MemoryStore` and requires the same results (a
-head, or the same error class) and then the same logs.
+the right one or a wrong one), groups of appends, truncates, replaces, deletes and
+restores (a dump's events with their own times, creating the session -- as a fork that
+shares its parent's prefix, or not -- where it is missing), each op but a restore with no
+lease token, the token of the lease taken in the example or another one, each batch with
+or without ``sync``; leases taken and released, and forks, between the batches; and the
+last batch's appends and replaces sent again with ``retry=True`` (a caller resending after
+an error must not duplicate). It applies each step to the backend under test and to a
+fresh :class:`~stores.MemoryStore` and requires the same results (a head, or the same
+error class) and then the same logs: each event's seq, kind, data and run id (and a
+restored event's time), and each session's header and parent.
 The expected heads are taken from the reference just before each batch, so a second op
 on one session in a batch, or a group after a failed op, exercises the paths where an
 op fails alone and what the batch did before it must stand.
@@ -28,7 +31,9 @@ from stores import (
     DeleteOp,
     GroupOp,
     MemoryStore,
+    PreparedEvent,
     ReplaceOp,
+    RestoreOp,
     Store,
     TidelogError,
     TruncateOp,
@@ -55,13 +60,26 @@ _OP = st.one_of(
     st.tuples(st.just("truncate"), st.tuples(_WHO, st.integers(0, 5), _OWNER)),
     st.tuples(st.just("replace"), st.tuples(_WHO, st.integers(0, 5), st.integers(0, 2), _OWNER)),
     st.tuples(st.just("delete"), st.tuples(_WHO, _OWNER)),
+    # (who, events, the reference's head (mostly) or a wrong one, and none or a parent --
+    # another of the sessions, 1 or 2 places on -- its seq, and whether that prefix is
+    # shared): a restore names no lease token
+    st.tuples(
+        st.just("restore"),
+        st.tuples(
+            _WHO,
+            st.integers(min_value=0, max_value=2),
+            st.sampled_from([True, True, False]),
+            st.one_of(st.none(), st.tuples(st.integers(1, 2), st.integers(0, 5), st.booleans())),
+        ),
+    ),
 )
 
-#: The steps of an example as :meth:`ModelCases._replay` takes them: a batch of ops, or a
-#: lease taken or released (``"me"`` or ``"you"``) between batches.
+#: The steps of an example as :meth:`ModelCases._replay` takes them: a batch of ops (and
+#: its ``sync`` flag), a lease taken or released (``"me"`` or ``"you"``) or a fork between
+#: batches, or the last batch resent.
 BATCHES = st.lists(
     st.one_of(
-        st.lists(_OP, min_size=1, max_size=4),
+        st.tuples(st.just("batch"), st.lists(_OP, min_size=1, max_size=4), st.booleans()),
         st.tuples(st.sampled_from(["lease", "release"]), _WHO, st.sampled_from(["me", "you"])),
         st.tuples(st.just("fork"), _WHO, _WHO, st.one_of(st.none(), st.integers(0, 5))),
         st.just("resend"),
@@ -91,9 +109,16 @@ def _call(store: Store, action: str, session_id: str, arg: str, *at_seq: int | N
     return None
 
 
-def _log(store: Store, session_id: str) -> tuple[int, list[tuple[int, str, Any, str | None]]]:
-    events = store.read(session_id)
-    return store.head(session_id), [(e.seq, e.kind, e.data, e.run_id) for e in events]
+def _log(store: Store, session_id: str) -> tuple[object, ...]:
+    """The session's head, header and parent, and its events (a restored one with its
+    time: the others' times are each store's own clock)."""
+    info = store.stat(session_id)
+    lineage = None if info is None else (info.header, info.parent)
+    events = [
+        (e.seq, e.kind, e.data, e.run_id, e.ts if e.kind == "restored" else None)
+        for e in store.read(session_id)
+    ]
+    return store.head(session_id), lineage, events
 
 
 class ModelCases(ConformanceBase):
@@ -132,6 +157,34 @@ class ModelCases(ConformanceBase):
             events = _prepared(count, f"t{tag}")
             return AppendOp(names[who], events, expected_head=expected, owner=owner)
 
+        def restore(spec: tuple[int, int, bool, tuple[int, int, bool] | None]) -> RestoreOp:
+            nonlocal tag
+            who, count, right, lineage = spec
+            exists = reference.stat(names[who]) is not None
+            head = reference.head(names[who])
+            parent = None
+            share = lineage is not None and lineage[2]
+            if lineage is not None:  # at most the parent's head: a missing parent is the error
+                parent_id = names[(who + lineage[0]) % 3]
+                parent = (parent_id, min(lineage[1], reference.head(parent_id)))
+            if not exists and share and parent is not None:
+                head = parent[1]  # a fork's head before the restored events
+            tag += 1
+            events = tuple(
+                PreparedEvent("restored", f'{{"tag":"r{tag}","i":{i}}}', None) for i in range(count)
+            )
+            return RestoreOp(
+                names[who],
+                events,
+                tuple(1000.0 + tag + i / 8 for i in range(count)),
+                head if right else head + 3,
+                header_json=f'{{"restored":{tag}}}',
+                created_at=500.0 + tag,
+                updated_at=2000.0 + tag,
+                parent=parent,
+                share_prefix=share,
+            )
+
         def after(current: Store, i: int) -> Store:
             if reopen is None or i not in at:
                 return current
@@ -153,7 +206,7 @@ class ModelCases(ConformanceBase):
                 assert [_outcome(r) for r in store.write_batch(again)] == expected, again
                 store = after(store, i)
                 continue
-            if isinstance(step, tuple):  # a lease or a fork between batches
+            if step[0] != "batch":  # a lease or a fork between batches
                 action, who, arg, *at_seq = step
                 target = names[arg] if action == "fork" else arg
                 assert _call(store, action, names[who], target, *at_seq) == _call(
@@ -161,8 +214,9 @@ class ModelCases(ConformanceBase):
                 ), step
                 store = after(store, i)
                 continue
+            _, specs, sync = step
             ops: list[WriteOp] = []
-            for kind, spec in step:
+            for kind, spec in specs:
                 if kind == "append":
                     ops.append(append(spec))
                 elif kind == "group":
@@ -174,10 +228,12 @@ class ModelCases(ConformanceBase):
                     tag += 1
                     events = _prepared(count, f"t{tag}")
                     ops.append(ReplaceOp(names[who], from_seq, events, owner=owner))
+                elif kind == "restore":
+                    ops.append(restore(spec))
                 else:
                     ops.append(DeleteOp(names[spec[0]], owner=spec[1]))
-            expected = [_outcome(r) for r in reference.write_batch(ops)]
-            assert [_outcome(r) for r in store.write_batch(ops)] == expected, ops
+            expected = [_outcome(r) for r in reference.write_batch(ops, sync=sync)]
+            assert [_outcome(r) for r in store.write_batch(ops, sync=sync)] == expected, ops
             last = ops
             store = after(store, i)
             for name in names:
