@@ -7,10 +7,12 @@ shares its parent's prefix, or not -- where it is missing), each op but a restor
 lease token, the token of the lease taken in the example or another one, each batch with
 or without ``sync``; leases taken and released, and forks, between the batches; and the
 last batch's appends and replaces sent again with ``retry=True`` (a caller resending after
-an error must not duplicate). It applies each step to the backend under test and to a
-fresh :class:`~stores.MemoryStore` and requires the same results (a head, or the same
-error class) and then the same logs: each event's seq, kind, data and run id (and a
-restored event's time), and each session's header and parent.
+an error must not duplicate). Each batch goes through one of two handles on the store
+under test (it and a clone: another connection or handle on the same data). It applies
+each step to that store and to a fresh :class:`~stores.MemoryStore` and requires the same
+results (a head, or the same error class) and then the same logs, read through both
+handles: each event's seq, kind, data and run id (and a restored event's time), and each
+session's header and parent.
 The expected heads are taken from the reference just before each batch, so a second op
 on one session in a batch, or a group after a failed op, exercises the paths where an
 op fails alone and what the batch did before it must stand.
@@ -44,6 +46,9 @@ from stores.conformance._support import _QUICK, ConformanceBase, _prepared
 __all__ = ["BATCHES", "ModelCases"]
 
 _WHO = st.integers(min_value=0, max_value=2)
+#: Which handle writes a batch: the store under test, or a clone of it (another connection
+#: or handle on the same data; see :meth:`~stores.Store.clone`).
+_VIA = st.integers(min_value=0, max_value=1)
 #: An op's lease token: none (most ops), the example's lease's, or another one.
 _OWNER = st.sampled_from([None, None, "me", "you"])
 
@@ -75,14 +80,15 @@ _OP = st.one_of(
 )
 
 #: The steps of an example as :meth:`ModelCases._replay` takes them: a batch of ops (and
-#: its ``sync`` flag), a lease taken or released (``"me"`` or ``"you"``) or a fork between
-#: batches, or the last batch resent.
+#: its ``sync`` flag, and which of two handles on the store writes it), a lease taken or
+#: released (``"me"`` or ``"you"``) or a fork between batches, or the last batch resent
+#: (through either handle).
 BATCHES = st.lists(
     st.one_of(
-        st.tuples(st.just("batch"), st.lists(_OP, min_size=1, max_size=4), st.booleans()),
+        st.tuples(st.just("batch"), st.lists(_OP, min_size=1, max_size=4), st.booleans(), _VIA),
         st.tuples(st.sampled_from(["lease", "release"]), _WHO, st.sampled_from(["me", "you"])),
         st.tuples(st.just("fork"), _WHO, _WHO, st.one_of(st.none(), st.integers(0, 5))),
-        st.just("resend"),
+        st.tuples(st.just("resend"), _VIA),
     ),
     min_size=1,
     max_size=8,
@@ -138,11 +144,12 @@ class ModelCases(ConformanceBase):
         reopen: Callable[[Store], Store] | None = None,
         at: frozenset[int] = frozenset(),
     ) -> None:
-        """Apply ``batches`` to ``store`` and to a fresh reference, comparing as the
-        module doc says; after each step whose index is in ``at``, ``reopen(store)``
-        returns the store to go on with. A lease lasts as long as the handle (or process,
-        or connection) that took it, which differs between backends: before a reopen both
-        sides give up the example's leases."""
+        """Apply ``batches`` to ``store`` (and a clone of it) and to a fresh reference,
+        comparing as the module doc says, the logs as read through both handles; after
+        each step whose index is in ``at``, ``reopen(store)`` returns the store to go on
+        with (the clone is closed first, then made again). A lease lasts as long as the
+        handle (or process, or connection) that took it, which differs between backends:
+        before a reopen both sides give up the example's leases."""
         prefix = self._fresh_id("m")
         names = [f"{prefix}-{i}" for i in range(3)]
         reference = MemoryStore()
@@ -185,36 +192,8 @@ class ModelCases(ConformanceBase):
                 share_prefix=share,
             )
 
-        def after(current: Store, i: int) -> Store:
-            if reopen is None or i not in at:
-                return current
-            for name in names:
-                for token in ("me", "you"):
-                    current.release_lease(name, token)
-                    reference.release_lease(name, token)
-            return reopen(current)
-
-        last: list[WriteOp] = []
-        for i, step in enumerate(batches):
-            if step == "resend":  # the last batch's appends and replaces again, as resends
-                again: list[WriteOp] = [
-                    attrs.evolve(op, retry=True)
-                    for op in last
-                    if isinstance(op, AppendOp | ReplaceOp)
-                ]
-                expected = [_outcome(r) for r in reference.write_batch(again)]
-                assert [_outcome(r) for r in store.write_batch(again)] == expected, again
-                store = after(store, i)
-                continue
-            if step[0] != "batch":  # a lease or a fork between batches
-                action, who, arg, *at_seq = step
-                target = names[arg] if action == "fork" else arg
-                assert _call(store, action, names[who], target, *at_seq) == _call(
-                    reference, action, names[who], target, *at_seq
-                ), step
-                store = after(store, i)
-                continue
-            _, specs, sync = step
+        def batch(specs: list[tuple[str, Any]]) -> list[WriteOp]:
+            nonlocal tag
             ops: list[WriteOp] = []
             for kind, spec in specs:
                 if kind == "append":
@@ -232,9 +211,43 @@ class ModelCases(ConformanceBase):
                     ops.append(restore(spec))
                 else:
                     ops.append(DeleteOp(names[spec[0]], owner=spec[1]))
-            expected = [_outcome(r) for r in reference.write_batch(ops, sync=sync)]
-            assert [_outcome(r) for r in store.write_batch(ops, sync=sync)] == expected, ops
-            last = ops
-            store = after(store, i)
-            for name in names:
-                assert _log(store, name) == _log(reference, name), name
+            return ops
+
+        handles = [store, store.clone()]
+        last: list[WriteOp] = []
+        try:
+            for i, step in enumerate(batches):
+                if step[0] in ("batch", "resend"):
+                    if step[0] == "batch":  # ops, sync, the handle that writes them
+                        ops, sync, via = batch(step[1]), step[2], step[3]
+                        last = ops
+                    else:  # the last batch's appends and replaces again, as resends
+                        ops = [
+                            attrs.evolve(op, retry=True)
+                            for op in last
+                            if isinstance(op, AppendOp | ReplaceOp)
+                        ]
+                        sync, via = False, step[1]
+                    expected = [_outcome(r) for r in reference.write_batch(ops, sync=sync)]
+                    results = handles[via].write_batch(ops, sync=sync)
+                    assert [_outcome(r) for r in results] == expected, ops
+                else:  # a lease or a fork between batches
+                    action, who, arg, *at_seq = step
+                    target = names[arg] if action == "fork" else arg
+                    assert _call(handles[0], action, names[who], target, *at_seq) == _call(
+                        reference, action, names[who], target, *at_seq
+                    ), step
+                if reopen is not None and i in at:
+                    for name in names:
+                        for token in ("me", "you"):
+                            handles[0].release_lease(name, token)
+                            reference.release_lease(name, token)
+                    handles[1].close()
+                    handles[0] = reopen(handles[0])
+                    handles[1] = handles[0].clone()
+                for name in names:
+                    expected_log = _log(reference, name)
+                    assert _log(handles[0], name) == expected_log, name
+                    assert _log(handles[1], name) == expected_log, name
+        finally:
+            handles[1].close()
