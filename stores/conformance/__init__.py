@@ -52,7 +52,7 @@ from stores.conformance.leases import LeaseAndPinCases
 from stores.conformance.limits import LimitCases
 from stores.conformance.listing import ListingCases
 from stores.conformance.log import LogCases
-from stores.conformance.model import BATCHES, ModelCases
+from stores.conformance.model import BATCHES, Handle, ModelCases, replay
 from stores.conformance.readonly import ReadOnlyCases
 from stores.conformance.restore import RestoreCases
 
@@ -203,12 +203,13 @@ class DurableStoreConformance(StoreConformance):
         del store  # (the fixture's handle stays open beside the example's own)
         live = [self._track(self.make_store(tmp_path))]
 
-        def reopen(current: Store) -> Store:
-            live.append(self._reopen(current, tmp_path))
+        def reopen(current: Handle) -> Handle:
+            assert current is live[-1]
+            live.append(self._reopen(live[-1], tmp_path))
             return live[-1]
 
         try:
-            self._replay(live[0], batches, reopen, frozenset(reopens))
+            replay(live[0], batches, self._fresh_id("m"), reopen=reopen, at=frozenset(reopens))
         finally:
             live[-1].close()  # (each reopen closed the one before it)
 
