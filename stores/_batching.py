@@ -265,10 +265,8 @@ def run_batch(
     with transaction as handle:
         now = time.time()
         for op in ops:
-            # An append's one session without a call (the usual op).
-            ids = (op.session_id,) if type(op) is AppendOp else session_ids_of(op)
-            if failed:
-                earlier = next((failed[i] for i in ids if i in failed), None)
+            if failed:  # (the sessions an op touches are looked up only then)
+                earlier = next((failed[i] for i in session_ids_of(op) if i in failed), None)
                 if earlier is not None:
                     results.append(earlier)
                     continue
@@ -283,7 +281,7 @@ def run_batch(
                 error = found
             else:
                 continue
-            for session_id in ids:
+            for session_id in session_ids_of(op):
                 failed[session_id] = error
             results.append(error)
     return results

@@ -241,6 +241,14 @@ class FileIndex:
         self.last_ts = ts
         self.end = self.scanned_size = start + size
 
+    def appended_one(self, start: int, size: int, ts: float) -> None:
+        """:meth:`appended` of a batch of one event with no run id."""
+        self.offsets.append(start)
+        self.head = head = self.head + 1
+        self.batch_ends.append(head)
+        self.last_ts = ts
+        self.end = self.scanned_size = start + size
+
     def check(self) -> None:
         """Raise :class:`StoreCorruptError` if the file is damaged inside its committed
         region (so its head is unknown)."""

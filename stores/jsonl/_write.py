@@ -286,22 +286,29 @@ class Txn:
         # power cut that damages those (never acknowledged) is a torn tail, not damage.
         data, offsets = index.codec.batch(events, first, now, stamps, head - index.synced)
         start = index.end
-        if len(events) == 1:  # the usual op: one awaited append
-            run_id = events[0].run_id
-            runs = [] if run_id is None else [(run_id, first)]
+        # The usual op (one event, no run id, the batch's time) is taken back by a smaller
+        # undo record; any other by the whole mark.
+        one = len(events) == 1 and stamps is None and events[0].run_id is None
+        undo: functools.partial[None]
+        runs: list[tuple[str, int]] = []
+        if one:
+            undo = functools.partial(
+                _unappend_one, index, start, index.scanned_size, head, index.last_ts
+            )
         else:
             runs = [(ev.run_id, first + i) for i, ev in enumerate(events) if ev.run_id]
-        mark: _AppendMark = (
-            index,
-            start,
-            index.scanned_size,
-            head,
-            len(index.offsets),
-            len(index.batch_ends),
-            index.last_ts,
-            len(index.fresh_runs),
-            {run_id: index.runs.get(run_id) for run_id, _ in runs} if runs else None,
-        )
+            mark: _AppendMark = (
+                index,
+                start,
+                index.scanned_size,
+                head,
+                len(index.offsets),
+                len(index.batch_ends),
+                index.last_ts,
+                len(index.fresh_runs),
+                {run_id: index.runs.get(run_id) for run_id, _ in runs} if runs else None,
+            )
+            undo = functools.partial(_unappend, mark)
         fd = index.fd
         try:
             written = IO.write(fd, data)
@@ -311,8 +318,11 @@ class Txn:
             with contextlib.suppress(OSError):
                 IO.truncate(fd, start)
             raise
-        self._undo.append(functools.partial(_unappend, mark))
-        index.appended(start, len(data), offsets, first, runs, now if not stamps else stamps[-1])
+        self._undo.append(undo)
+        if one:
+            index.appended_one(start, len(data), now)
+        else:
+            index.appended(start, len(data), offsets, first, runs, stamps[-1] if stamps else now)
         path = index.path
         self._written[path] = fd
         self._indexes[path] = index
@@ -428,6 +438,17 @@ def _unappend(mark: _AppendMark) -> None:
             index.runs.pop(run_id, None)
         else:
             index.runs[run_id] = known
+
+
+def _unappend_one(
+    index: FileIndex, start: int, scanned: int, head: int, last_ts: float | None
+) -> None:
+    """Take back :meth:`Txn._append_one` (the newest batch of the index when it runs:
+    undo steps run newest first): cut the file back, drop the batch's offset and end."""
+    IO.truncate(index.fd, start)
+    index.end, index.scanned_size, index.head, index.last_ts = start, scanned, head, last_ts
+    index.offsets.pop()
+    index.batch_ends.pop()
 
 
 def _fsync_path(path: str, fd: int) -> None:
