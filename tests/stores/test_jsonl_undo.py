@@ -1,0 +1,143 @@
+"""JSONL store: what an undone batch or op leaves in the writer's index of a session.
+
+A batch that fails after some of its appends landed (an fsync failing at FULL), or a
+group whose later member fails after an earlier member appended, cuts the files back.
+The writer index the process keeps for each session must then be exactly what a fresh
+scan of the file finds -- head, end, line offsets, batch ends, runs, last time -- or the
+next write, a resend's comparison or the sidecar saved for the next process would work
+from lines that are not there.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from stores import (
+    AppendOp,
+    GroupOp,
+    JsonlStore,
+    NewEvent,
+    OwnershipLostError,
+    PreparedEvent,
+    StoreIOError,
+    prepare_events,
+)
+from stores.jsonl import _files as jsonl_files
+from stores.jsonl._format import file_stem
+from stores.jsonl._index import FileIndex
+
+
+@pytest.fixture
+def io_seam() -> Iterator[None]:
+    saved = jsonl_files.IO.fsync
+    yield
+    jsonl_files.IO.fsync = saved
+
+
+def _fail(*_: object) -> None:
+    raise OSError(errno.EIO, os.strerror(errno.EIO))
+
+
+def _known(index: FileIndex) -> tuple[object, ...]:
+    return (
+        index.head,
+        index.end,
+        list(index.offsets),
+        list(index.batch_ends),
+        dict(index.runs),
+        index.last_ts,
+        index.damage,
+    )
+
+
+def _assert_as_scanned(store: JsonlStore, root: Path, *session_ids: str) -> None:
+    """Each session's writer index knows what a fresh scan of its file finds."""
+    shared = store._shared
+    assert shared is not None
+    for session_id in session_ids:
+        stem = file_stem(session_id)
+        kept = shared.writers[stem]
+        assert kept is not None
+        scanned = FileIndex.open(str(root / "sessions" / f"{stem}.jsonl"))
+        assert scanned is not None
+        try:
+            assert _known(kept) == _known(scanned), session_id
+        finally:
+            scanned.close()
+
+
+def _events(*data: int, run_id: str | None = None) -> tuple[PreparedEvent, ...]:
+    return tuple(prepare_events([NewEvent("k", d, run_id=run_id) for d in data]))
+
+
+@pytest.mark.usefixtures("io_seam")
+def test_a_batch_undone_after_its_appends_landed_leaves_indexes_as_scanned(
+    tmp_path: Path,
+) -> None:
+    """synchronous="full", leases held: a batch of one-event appends (twice to one
+    session) and a run's appends undone by a failed fsync leaves every writer index as a
+    fresh scan; the resend lands once and a new handle reads it all."""
+    root = tmp_path / "store"
+    store = JsonlStore(root, synchronous="full")
+    try:
+        for s in "ab":
+            store.acquire_lease(s, "me", ttl=60, holder="test")
+        store.write_batch([AppendOp("a", _events(0), owner="me")])
+        store.write_batch([AppendOp("b", _events(0, 1, run_id="r"), owner="me")])
+        ops = [
+            AppendOp("a", _events(1), expected_head=1, owner="me"),
+            AppendOp("b", _events(2, 3, run_id="r"), expected_head=2, owner="me"),
+            AppendOp("a", _events(2), expected_head=2, owner="me"),
+            AppendOp("b", _events(4, run_id="q"), expected_head=4, owner="me"),
+        ]
+        jsonl_files.IO.fsync = _fail
+        with pytest.raises(StoreIOError):
+            store.write_batch(ops)
+        _assert_as_scanned(store, root, "a", "b")
+        jsonl_files.IO.fsync = os.fsync
+        resent = [
+            AppendOp(op.session_id, op.events, op.expected_head, "me", retry=True) for op in ops
+        ]
+        assert store.write_batch(resent) == [2, 4, 3, 5]
+        _assert_as_scanned(store, root, "a", "b")
+    finally:
+        store.close()
+    other = JsonlStore(root)
+    try:
+        assert [e.data for e in other.read("a")] == [0, 1, 2]
+        assert [e.data for e in other.read("b")] == [0, 1, 2, 3, 4]
+        assert other.find_run("b", "r") == (1, 4)
+    finally:
+        other.close()
+
+
+def test_a_group_undone_by_its_later_member_leaves_indexes_as_scanned(
+    tmp_path: Path,
+) -> None:
+    """A group whose second member's lease token is stale undoes the first member's
+    one-event append: the session's writer index is as a fresh scan, and the next append
+    lands right after the events that stood."""
+    root = tmp_path / "store"
+    store = JsonlStore(root)
+    try:
+        store.acquire_lease("a", "me", ttl=60, holder="test")
+        store.write_batch([AppendOp("a", _events(0), owner="me")])
+        group = GroupOp(
+            (
+                AppendOp("a", _events(1), expected_head=1, owner="me"),
+                AppendOp("b", _events(1), owner="stale"),
+            )
+        )
+        [result] = store.write_batch([group])
+        assert isinstance(result, OwnershipLostError)
+        _assert_as_scanned(store, root, "a")
+        assert store.write_batch([AppendOp("a", _events(2), expected_head=1, owner="me")]) == [2]
+        _assert_as_scanned(store, root, "a")
+        assert [e.data for e in store.read("a")] == [0, 2]
+    finally:
+        store.close()
