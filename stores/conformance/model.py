@@ -203,6 +203,7 @@ def replay(
     shares_leases: bool = True,
     reopen: Callable[[Handle], Handle] | None = None,
     at: frozenset[int] = frozenset(),
+    check: Callable[[Handle], None] | None = None,
 ) -> None:
     """Apply ``batches`` (drawn from :data:`BATCHES`) to sessions ``prefix``-0..2 of
     ``store`` and of a second handle on the same data, ``second(store)`` (a clone, unless
@@ -212,7 +213,9 @@ def replay(
     then made again). A lease lasts as long as the handle (or process, or connection)
     that took it, which differs between backends: before a reopen both sides give up the
     example's leases, and before each batch through the second handle too unless
-    ``shares_leases`` (a handle in another process does not share this one's)."""
+    ``shares_leases`` (a handle in another process does not share this one's).
+    ``check(store)``, if given, runs after each step's comparison (a backend's own
+    invariants)."""
     names = [f"{prefix}-{i}" for i in range(3)]
     names = [f"{prefix}-{i}" for i in range(3)]
     reference = MemoryStore()
@@ -317,5 +320,7 @@ def replay(
                 expected_log = _log(reference, name)
                 assert _log(handles[0], name) == expected_log, name
                 assert _log(handles[1], name) == expected_log, name
+            if check is not None:
+                check(handles[0])
     finally:
         handles[1].close()

@@ -12,10 +12,13 @@ from __future__ import annotations
 
 import errno
 import os
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
+from hypothesis import given, settings
 
 from stores import (
     AppendOp,
@@ -27,6 +30,7 @@ from stores import (
     StoreIOError,
     prepare_events,
 )
+from stores.conformance.model import Handle, model_steps, replay
 from stores.jsonl import _files as jsonl_files
 from stores.jsonl._format import file_stem
 from stores.jsonl._index import FileIndex
@@ -57,16 +61,19 @@ def _known(index: FileIndex) -> tuple[object, ...]:
 
 def _assert_as_scanned(store: JsonlStore, root: Path, *session_ids: str) -> None:
     """Each session's writer index knows what a fresh scan of its file finds."""
+    _assert_stems_as_scanned(store, root, [file_stem(s) for s in session_ids])
+
+
+def _assert_stems_as_scanned(store: JsonlStore, root: Path, stems: list[str]) -> None:
     shared = store._shared
     assert shared is not None
-    for session_id in session_ids:
-        stem = file_stem(session_id)
+    for stem in stems:
         kept = shared.writers[stem]
         assert kept is not None
         scanned = FileIndex.open(str(root / "sessions" / f"{stem}.jsonl"))
         assert scanned is not None
         try:
-            assert _known(kept) == _known(scanned), session_id
+            assert _known(kept) == _known(scanned), stem
         finally:
             scanned.close()
 
@@ -141,3 +148,26 @@ def test_a_group_undone_by_its_later_member_leaves_indexes_as_scanned(
         assert [e.data for e in store.read("a")] == [0, 2]
     finally:
         store.close()
+
+
+@settings(max_examples=200, deadline=None, database=None)
+@given(steps=model_steps())
+def test_random_batches_leave_writer_indexes_as_scanned(steps: list[Any]) -> None:
+    """The conformance model's random batches (appends, groups, truncates, replaces,
+    deletes, restores, failing and not, through two handles): after each step every
+    writer index the process keeps is as a fresh scan of its file."""
+    with tempfile.TemporaryDirectory() as tmp:
+        root = Path(tmp) / "store"
+        store = JsonlStore(root)
+
+        def check(handle: Handle) -> None:
+            assert handle is store
+            shared = store._shared
+            assert shared is not None
+            kept = [stem for stem, index in shared.writers.items() if index is not None]
+            _assert_stems_as_scanned(store, root, kept)
+
+        try:
+            replay(store, steps, "m", check=check)
+        finally:
+            store.close()
