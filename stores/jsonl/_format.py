@@ -66,6 +66,7 @@ from .._records import JSON, PreparedEvent, decode_json_object
 
 __all__ = [
     "FORMAT",
+    "JSON_STRINGS",
     "Codec",
     "Header",
     "Row",
@@ -453,13 +454,14 @@ class Codec:
 
 def json_str(text: str) -> str:
     """``text`` as a JSON string (memoised: kinds and run ids repeat)."""
-    encoded = _STRINGS.get(text)
+    encoded = JSON_STRINGS.get(text)
     if encoded is None:
         encoded = _ENC.encode(text)
-        if len(_STRINGS) > 8192:
-            _STRINGS.clear()
-        _STRINGS[text] = encoded
+        if len(JSON_STRINGS) > 8192:
+            JSON_STRINGS.clear()
+        JSON_STRINGS[text] = encoded
     return encoded
 
 
-_STRINGS: dict[str, str] = {}
+#: :func:`json_str`'s memo, ``text`` -> its JSON string (a hot path may look there first).
+JSON_STRINGS: dict[str, str] = {}

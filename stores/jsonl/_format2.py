@@ -48,6 +48,7 @@ from .._codec import decode_bytes
 from .._errors import StoreCorruptError
 from .._records import PreparedEvent
 from ._format import (
+    JSON_STRINGS,
     Codec,
     Header,
     Row,
@@ -214,8 +215,11 @@ class Plain(Codec):
         if len(events) == 1 and stamps is None:  # the usual batch: one awaited append
             ev = events[0]
             run = "" if ev.run_id is None else f',"run_id":{json_str(ev.run_id)}'
+            cached = _LAST_STAMP[0]  # (_stamp's and json_str's memos, read here first)
+            stamp = cached[1] if cached[0] is ts else _stamp(ts)
+            kind_json = JSON_STRINGS.get(ev.kind) or json_str(ev.kind)
             line = (
-                f'{{"seq":{first_seq},"ts":{_stamp(ts)},"kind":{json_str(ev.kind)}{run},'
+                f'{{"seq":{first_seq},"ts":{stamp},"kind":{kind_json}{run},'
                 f'"data":{ev.data_json},"end":1{durable}{self._text}'
             ).encode()
             return line + b',"crc":%d}\n' % zlib.crc32(line), [0]

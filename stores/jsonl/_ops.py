@@ -30,7 +30,7 @@ from ._write import BatchFailure, Layout, Txn, _io_error, cut_cuts, new_header
 __all__ = ["apply_op", "fork_session", "stored_tail"]
 
 
-def apply_op(layout: Layout, txn: Txn, op: WriteOp, now: float) -> int:
+def apply_op(txn: Txn, op: WriteOp, now: float) -> int:
     """Apply one op atomically inside ``txn`` (see the module doc); its result."""
     if type(op) is AppendOp:  # the usual op: an append to a session this process holds
         index = _held_writer(txn, op)
@@ -42,7 +42,7 @@ def apply_op(layout: Layout, txn: Txn, op: WriteOp, now: float) -> int:
                 raise BatchFailure(_io_error("write_batch", exc)) from exc
     mark = txn.savepoint()
     try:
-        return _apply_other(layout, txn, op, now)
+        return _apply_other(txn.layout, txn, op, now)
     except TidelogError:
         txn.undo_to(mark)
         raise

@@ -27,7 +27,6 @@ session another one holds (:class:`~stores._errors.SessionOwnedError` for that o
 from __future__ import annotations
 
 import contextlib
-import functools
 import math
 import os
 import time
@@ -271,9 +270,8 @@ class JsonlStore(Reader, BatchingStore):
         check_ops(ops, sync)
         with self._writing("write_batch") as shared:
             txn = self._txn(shared, sync=sync)
-            layout = self._layout
             try:
-                return run_batch(ops, txn, functools.partial(apply_op, layout))
+                return run_batch(ops, txn, apply_op)
             except BatchFailure as failure:
                 raise failure.error from failure.__cause__
             except OSError as exc:

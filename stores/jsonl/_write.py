@@ -34,7 +34,7 @@ from .._records import PreparedEvent
 from ._files import IO, Shared, fsync_dir, publish, write_all
 from ._format import FORMAT, Codec, Header, file_stem
 from ._index import FileIndex
-from ._sidecar import note_synced, persist
+from ._sidecar import STEP, note_synced, persist
 from ._writers import trim_writers
 
 __all__ = ["BatchFailure", "Layout", "Txn"]
@@ -173,7 +173,9 @@ class Txn:
         for index in synced:  # committed and synced: the sidecars may say so
             note_synced(index)
         for index in self._indexes.values():  # committed: the sidecars may say so
-            if index.fd >= 0:
+            # (persist's own first test, made here: after most batches there is too
+            # little new to save, and this runs for every session of every batch)
+            if index.fd >= 0 and index.end - index.saved_end >= STEP:
                 persist(index)
         for step in self._done:
             with contextlib.suppress(OSError):
