@@ -1,7 +1,8 @@
 """The SQL of SqliteStore's auxiliary tables: leases and projection checkpoints.
 
-Like :mod:`stores.sqlite._ops`: functions of one connection, run inside the transaction
-their caller opened, with arguments already checked; none commits.
+Like :mod:`stores.sqlite._ops` and :mod:`stores.sqlite._reads`: functions of one
+connection, run inside the transaction their caller opened, with arguments already
+checked; none commits.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from .._contract import Pin
 from .._errors import OwnershipLostError, SessionOwnedError, SnapshotExpiredError
 from .._leases import lease_is_free
 from .._records import LeaseInfo
-from ._ops import check_pin
+from ._reads import check_pin
 
 __all__ = [
     "acquire_lease",

@@ -60,6 +60,7 @@ from ._lineage import find_run as lineage_find_run
 from ._lineage import fork_session, ranges_of
 from ._maintenance import SqliteMaintenance
 from ._readonly import ReadOnlyFile, Reread, rereads
+from ._reads import check_pin, list_query, read_session_events
 from ._schema import (
     check_options,
     check_path,
@@ -376,14 +377,10 @@ class SqliteStore(SqliteLeases, SqliteMaintenance, BatchingStore):
         until = (1 << 62) if bound is None else bound
         with self._connection("read") as conn:
             if pin is None:
-                return sqlops.read_session_events(
-                    conn, session_id, since_seq, until, limit, from_end
-                )
+                return read_session_events(conn, session_id, since_seq, until, limit, from_end)
             with transaction(conn):
-                sqlops.check_pin(conn, session_id, pin)
-                return sqlops.read_session_events(
-                    conn, session_id, since_seq, until, limit, from_end
-                )
+                check_pin(conn, session_id, pin)
+                return read_session_events(conn, session_id, since_seq, until, limit, from_end)
 
     @rereads
     def head(self, session_id: str) -> int:
@@ -429,7 +426,7 @@ class SqliteStore(SqliteLeases, SqliteMaintenance, BatchingStore):
         """See :meth:`Store.refresh_pin`."""
         check_pin_arg(pin)
         with self._connection("refresh_pin") as conn, transaction(conn):
-            sqlops.check_pin(conn, pin.session_id, pin)
+            check_pin(conn, pin.session_id, pin)
             head, epoch = one(
                 conn, "SELECT head, epoch FROM sessions WHERE sid=?", (pin.incarnation,)
             )
@@ -446,7 +443,7 @@ class SqliteStore(SqliteLeases, SqliteMaintenance, BatchingStore):
     ) -> list[SessionInfo]:
         """See :meth:`Store.list_sessions`: one range of the ids' unique index."""
         check_list_args(limit, prefix, after, order)
-        sql, args = sqlops.list_query(limit, prefix, after, order)
+        sql, args = list_query(limit, prefix, after, order)
         with self._connection("list_sessions") as conn:
             rows = conn.execute(sql, args).fetchall()
         return [session_info(r) for r in rows]
