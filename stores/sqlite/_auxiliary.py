@@ -1,6 +1,6 @@
 """The SQL of SqliteStore's auxiliary tables: leases and projection checkpoints.
 
-Like :mod:`stores.sqlite._ops` and :mod:`stores.sqlite._reads`: functions of one
+Like :mod:`stores.sqlite._ops` and :mod:`stores.sqlite._read`: functions of one
 connection, run inside the transaction their caller opened, with arguments already
 checked; none commits.
 """
@@ -16,7 +16,7 @@ from .._contract import Pin
 from .._errors import OwnershipLostError, SessionOwnedError, SnapshotExpiredError
 from .._leases import lease_is_free
 from .._records import LeaseInfo
-from ._reads import check_pin
+from ._read import check_pin
 
 __all__ = [
     "acquire_lease",

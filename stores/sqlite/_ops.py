@@ -1,5 +1,5 @@
 """The SQL of SqliteStore's writes, as functions of one connection (its reads are in
-:mod:`stores.sqlite._reads`).
+:mod:`stores.sqlite._read`).
 
 Every function runs inside a transaction its caller opened (``BEGIN IMMEDIATE``), on the
 connection's owner thread; none commits. Errors are tidelog errors (the caller's

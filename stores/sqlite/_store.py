@@ -59,8 +59,8 @@ from ._leases import SqliteLeases
 from ._lineage import find_run as lineage_find_run
 from ._lineage import fork_session, ranges_of
 from ._maintenance import SqliteMaintenance
+from ._read import check_pin, list_query, read_session_events
 from ._readonly import ReadOnlyFile, Reread, rereads
-from ._reads import check_pin, list_query, read_session_events
 from ._schema import (
     check_options,
     check_path,

@@ -41,7 +41,7 @@ from stores import (
     UnsupportedFormatError,
     prepare_events,
 )
-from stores.sqlite import _reads as sqlite_reads
+from stores.sqlite import _read as sqlite_read
 from stores.sqlite import _schema as sqlite_schema
 
 PAGE = 4096
@@ -592,7 +592,7 @@ def test_packed_windows_read_back_exactly(
     )
     full = store.read("s")
     assert len(full) == 18
-    for limit in (0, 1, 5, 18, sqlite_reads.PACKED_READ_MAX):
+    for limit in (0, 1, 5, 18, sqlite_read.PACKED_READ_MAX):
         for since in (0, 3):
             got = store.read("s", since_seq=since, until_seq=16, limit=limit, from_end=from_end)
             window = [e for e in full if since < e.seq <= 16]
