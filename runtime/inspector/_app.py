@@ -40,7 +40,7 @@ from . import _controls as controls
 from . import _params as params
 from ._errors import ApiError
 from ._feeds import Feeds, follow, message_of
-from ._read import read_events, read_runs, read_session, read_sessions, session_obj
+from ._reads import read_events, read_runs, read_session, read_sessions, session_obj
 
 __all__ = ["STATIC", "TOKEN_HEADER", "InspectorState", "build_app"]
 

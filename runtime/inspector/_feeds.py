@@ -26,7 +26,7 @@ import trio
 
 from runtime import Runtime, StoredEvent, Tail, TidelogError
 
-from ._read import event_obj
+from ._reads import event_obj
 
 __all__ = ["Feed", "Feeds", "encode_event", "follow", "message_of"]
 
