@@ -71,10 +71,12 @@ def step(name: str) -> None:
 
 def begin_group(
     shared: Shared, intents_dir: str, sessions_dir: str, members: list[str]
-) -> tuple[Callable[[], None], Callable[[], None], Callable[[bool], None]]:
+) -> tuple[Callable[[bool], None], Callable[[], None], Callable[[bool], None]]:
     """Steps 2 of the scheme for the (locked) sessions ``members``; returns
-    ``(undo, synced, commit)``: ``undo`` removes the intent (after the batch undid the
-    members), ``synced`` runs step 4, ``commit(full)`` step 5."""
+    ``(undo, synced, commit)``: ``undo(keep)`` removes the intent (after the batch undid
+    the members), or with ``keep`` (undoing a member failed) only lets go of it, for
+    :func:`recover` to roll the members back; ``synced`` runs step 4, ``commit(full)``
+    step 5."""
     group = uuid.uuid4().hex
     path = os.path.join(intents_dir, f"{group}.intent")
     entries: list[dict[str, object]] = []
@@ -116,9 +118,10 @@ def begin_group(
             closed[0] = True
             os.close(fd)
 
-    def undo() -> None:
+    def undo(keep: bool) -> None:
         close()
-        _remove([path, *backups])
+        if not keep:  # (kept: a member's undo failed, recovery rolls the group back)
+            _remove([path, *backups])
 
     def synced() -> None:
         for file in files:

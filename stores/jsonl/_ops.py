@@ -166,7 +166,7 @@ def _apply_group(layout: Layout, txn: Txn, op: GroupOp, now: float) -> int:
     for session_id in dict.fromkeys(members):
         txn.session(session_id)
     undo, synced, commit = begin_group(txn.shared, layout.intents, layout.sessions, members)
-    txn.undo_step(undo)
+    txn.undo_step(lambda: undo(txn.undo_failed))  # (run after the members' undo)
     for member in op.ops:
         _apply(layout, txn, member, now)
         step(f"member applied: {member.session_id}")

@@ -122,6 +122,9 @@ class Txn:
         self._indexes: dict[str, FileIndex] = {}
         self._dirs: set[str] = set()
         self.changed = False
+        #: An undo step failed: the files may hold part of what was undone (a group's
+        #: undo then leaves its intent, for recovery to finish the rollback).
+        self.undo_failed = False
 
     # -- context ----------------------------------------------------------------------
 
@@ -185,24 +188,29 @@ class Txn:
         """Undo everything applied, newest first; if a step fails, note it on ``cause``
         (both errors are reported)."""
         undo, self._undo = self._undo, []
-        failed = False
-        for step in reversed(undo):
+        for error in self._run_undo(undo):
+            cause.add_note(f"and undoing the batch failed too ({error!r}): {_MAY_STAND}")
+        self._done.clear()
+        self._commits.clear()
+
+    def _run_undo(self, steps: list[Callable[[], None]]) -> list[OSError]:
+        """Run undo ``steps`` newest first, every one of them whatever fails (a group's
+        step then keeps its intent: :attr:`undo_failed`); the failures. After one, what
+        this process knew of the files may be wrong: every writer index is forgotten, and
+        the next write reads the files again."""
+        failures: list[OSError] = []
+        for step in reversed(steps):
             try:
                 step()
             except OSError as error:
-                failed = True
-                cause.add_note(
-                    f"and undoing the batch failed too ({error!r}): part of it may stand in "
-                    "the files; the next write reads them again (a resend with retry=True "
-                    "lands exactly once)"
-                )
-        self._done.clear()
-        self._commits.clear()
-        if failed:  # what this process knew of the files may be wrong: look again
+                self.undo_failed = True
+                failures.append(error)
+        if failures:
             for index in self.shared.writers.values():
                 if index is not None:
                     index.close()
             self.shared.writers.clear()
+        return failures
 
     def release_later(self, stem: str) -> None:
         """Release ``stem``'s lock when the batch ends (its lease was dropped)."""
@@ -231,20 +239,20 @@ class Txn:
 
     def undo_to(self, mark: tuple[int, int, int]) -> None:
         """Undo what was applied since ``mark`` (one op that failed on its own). If an
-        undo step fails, the batch fails as a whole (and is undone whole). What earlier
-        ops of the batch registered stays: a group that landed before this op keeps its
-        commit point (dropping it would leave the group's intent behind, and the next
-        writer would roll the acknowledged group back)."""
+        undo step fails, the others still run, and the batch fails as a whole (undone
+        whole, as far as it can be) with a :class:`StoreIOError` saying part of it may
+        stand. What earlier ops of the batch registered stays: a group that landed before
+        this op keeps its commit point (dropping it would leave the group's intent
+        behind, and the next writer would roll the acknowledged group back)."""
         undo_len, done_len, commits_len = mark
         steps = self._undo[undo_len:]
         del self._undo[undo_len:]
         del self._done[done_len:]
         del self._commits[commits_len:]
-        for step in reversed(steps):
-            try:
-                step()
-            except OSError as error:
-                raise BatchFailure(_io_error("undoing a failed op", error)) from error
+        failures = self._run_undo(steps)
+        if failures:
+            error = StoreIOError(f"undoing a failed op: I/O failure ({failures[0]}); {_MAY_STAND}")
+            raise BatchFailure(error) from failures[0]
 
     def _release(self) -> None:
         for stem in self._taken:
@@ -477,6 +485,13 @@ def _fsync_path(path: str, fd: int) -> None:
         IO.fsync(fd)
     finally:
         os.close(fd)
+
+
+#: What an error says when undoing a batch failed.
+_MAY_STAND = (
+    "part of the batch may stand in the files; the next write reads them again, after "
+    "rolling back any group of it (a resend with retry=True lands exactly once)"
+)
 
 
 def _io_error(what: str, error: OSError) -> StoreIOError:

@@ -43,6 +43,13 @@ def io_seam() -> Iterator[None]:
     jsonl_files.IO.fsync = saved
 
 
+@pytest.fixture
+def truncate_seam() -> Iterator[None]:
+    saved = jsonl_files.IO.truncate
+    yield
+    jsonl_files.IO.truncate = saved
+
+
 def _fail(*_: object) -> None:
     raise OSError(errno.EIO, os.strerror(errno.EIO))
 
@@ -171,3 +178,59 @@ def test_random_batches_leave_writer_indexes_as_scanned(steps: list[Any]) -> Non
             replay(store, steps, "m", check=check)
         finally:
             store.close()
+
+
+@pytest.mark.usefixtures("truncate_seam")
+@pytest.mark.parametrize("leased", [False, True])
+def test_a_group_whose_undo_fails_is_rolled_back_before_the_next_write(
+    tmp_path: Path, leased: bool
+) -> None:
+    """A group undone because its last member conflicts, where cutting one member's file
+    back fails: the error says part of the batch may stand; the group's intent stays, so
+    the next write to a member (leased or not, in this process) rolls the group back
+    first, and a new handle reads every member as before the group."""
+    root = tmp_path / "store"
+    store = JsonlStore(root)
+    try:
+        for s in "acb":
+            if leased:
+                store.acquire_lease(s, "me", ttl=60, holder="test")
+            store.write_batch([AppendOp(s, _events(0), owner="me" if leased else None)])
+        owner = "me" if leased else None
+        group = GroupOp(
+            (
+                AppendOp("a", _events(1), expected_head=1, owner=owner),
+                AppendOp("c", _events(1), expected_head=1, owner=owner),
+                AppendOp("b", _events(1), expected_head=5, owner=owner),
+            )
+        )
+        real = jsonl_files.IO.truncate
+        calls: list[int] = []
+
+        def fail_first(fd: int, size: int) -> None:
+            calls.append(fd)
+            if len(calls) == 1:
+                raise OSError(errno.EIO, os.strerror(errno.EIO))
+            real(fd, size)
+
+        jsonl_files.IO.truncate = fail_first
+        with pytest.raises(StoreIOError) as info:
+            store.write_batch([group])
+        jsonl_files.IO.truncate = real
+        text = str(info.value) + " ".join(getattr(info.value, "__notes__", []))
+        assert "may stand" in text
+        assert "retry=True" in text
+        # The next writes, through this handle (on its leases, if it holds them): each
+        # member is as before the group, the half-undone one included.
+        assert store.write_batch([AppendOp("c", _events(7), expected_head=1, owner=owner)]) == [2]
+        resent = AppendOp("a", _events(1), expected_head=1, owner=owner, retry=True)
+        assert store.write_batch([resent]) == [2]
+        assert [[e.data for e in store.read(s)] for s in "acb"] == [[0, 1], [0, 7], [0]]
+        _assert_as_scanned(store, root, "a", "c")
+    finally:
+        store.close()
+    fresh = JsonlStore(root)
+    try:
+        assert [[e.data for e in fresh.read(s)] for s in "acb"] == [[0, 1], [0, 7], [0]]
+    finally:
+        fresh.close()
