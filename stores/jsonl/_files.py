@@ -150,6 +150,9 @@ class Shared:
     #: Files (path -> fd or -1) and directories written since the last fsync barrier.
     unsynced: dict[str, int] = attrs.Factory(dict)
     dirty_dirs: set[str] = attrs.Factory(set)
+    #: Stems of groups this process let go of with their undo unfinished (intent kept):
+    #: their next writer index rolls such a group back first, lock just taken or not.
+    unfinished: set[str] = attrs.Factory(set)
     handles: int = 0
 
     def lock_path(self, stem: str) -> str:

@@ -120,7 +120,9 @@ def begin_group(
 
     def undo(keep: bool) -> None:
         close()
-        if not keep:  # (kept: a member's undo failed, recovery rolls the group back)
+        if keep:  # a member's undo failed: recovery rolls the group back
+            shared.unfinished.update(str(e["stem"]) for e in entries)
+        else:
             _remove([path, *backups])
 
     def synced() -> None:

@@ -185,24 +185,27 @@ class JsonlStore(Reader, BatchingStore):
     def _writer_index(self, session_id: str, stem: str, taken: bool) -> FileIndex | None:
         """The writer-side index of a session whose lock this process holds; refreshed
         from the file when the lock was just taken (another process may have written) or
-        the index is not kept, after rolling back any unfinished group of the session,
-        and a torn tail is then truncated away (durably) before anything is written."""
+        the index is not kept, after rolling back any unfinished group of the session (one
+        whose writer died, or whose undo this process could not finish), and a torn tail
+        is then truncated away (durably) before anything is written."""
         shared = self._handle("write")
         writers: dict[str, FileIndex | None] = shared.writers
         if not taken and stem in writers:
             return writers[stem]
         # The lock was just taken (its last holder may have died inside a group write),
-        # or this process forgot the index (an undo that failed may have left a group
-        # half undone, its intent kept): roll any unfinished group back first.
-        layout = self._layout
-        for intent in pending(layout.intents, stem):
-            if not recover(
-                shared, layout.intents, layout.sessions, intent, self.busy_timeout_ms, stem
-            ):
-                raise StoreBusyError(
-                    f"session {session_id!r}: an unfinished group write could not be "
-                    "rolled back yet (another of its sessions is busy)"
-                )
+        # or this process let go of a group of the session with its undo unfinished:
+        # roll any unfinished group back first.
+        if taken or stem in shared.unfinished:
+            layout = self._layout
+            for intent in pending(layout.intents, stem):
+                if not recover(
+                    shared, layout.intents, layout.sessions, intent, self.busy_timeout_ms, stem
+                ):
+                    raise StoreBusyError(
+                        f"session {session_id!r}: an unfinished group write could not be "
+                        "rolled back yet (another of its sessions is busy)"
+                    )
+            shared.unfinished.discard(stem)
         index = writers.get(stem)
         path = self._layout.session(stem)
         try:
@@ -225,6 +228,7 @@ class JsonlStore(Reader, BatchingStore):
         writers[stem] = index
         check_header_id(index.header, session_id, path)
         if index.header.format < FORMAT:  # publish a format 4 successor, then write that
+            layout = self._layout
             del writers[stem]  # never cached: nothing may append to an older file
             # A format 1 file gets this handle's encoding; a format 2 one keeps its own.
             codec = (

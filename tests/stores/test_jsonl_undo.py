@@ -22,6 +22,7 @@ from hypothesis import given, settings
 
 from stores import (
     AppendOp,
+    DeleteOp,
     GroupOp,
     JsonlStore,
     NewEvent,
@@ -234,3 +235,21 @@ def test_a_group_whose_undo_fails_is_rolled_back_before_the_next_write(
         assert [[e.data for e in fresh.read(s)] for s in "acb"] == [[0, 1], [0, 7], [0]]
     finally:
         fresh.close()
+
+
+def test_a_group_that_deletes_then_recreates_a_session_is_not_its_own_unfinished_group(
+    tmp_path: Path,
+) -> None:
+    """A group that deletes a session and appends to it again looks the session up a
+    second time while its own intent is held: that intent is not an unfinished group to
+    roll back first (the write lands, no StoreBusyError)."""
+    root = tmp_path / "store"
+    store = JsonlStore(root)
+    try:
+        store.write_batch([AppendOp("x", _events(0, 1))])
+        group = GroupOp((DeleteOp("x"), AppendOp("x", _events(5))))
+        assert store.write_batch([group]) == [2]
+        assert [e.data for e in store.read("x")] == [5]
+        _assert_as_scanned(store, root, "x")
+    finally:
+        store.close()
