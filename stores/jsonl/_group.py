@@ -15,7 +15,9 @@ intent as the commit point):
    else at the next barrier). Then the backups are removed.
 
 A failure in the process undoes the group in place (the batch's undo log) and removes
-the intent. After a crash, an intent whose ``flock`` is free names a group that did not
+the intent; if undoing a member fails, the intent stays (its ``flock`` let go) and the
+next write to a member, in this process or another, rolls the group back as after a
+crash. After a crash, an intent whose ``flock`` is free names a group that did not
 commit: :func:`recover` rolls every member back -- renames the backup over the name,
 truncates it to its recorded length, or removes a file the group created -- fsyncs, and
 removes the intent. Every writer runs it, under the member sessions' locks, before its
