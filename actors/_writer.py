@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import functools
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 
 import attrs
 import trio
@@ -76,7 +76,7 @@ class GroupCommitWriter:
         lane: StoreLane,
         *,
         batch_window: float,
-        on_commit: Callable[[set[str]], None],
+        on_commit: Callable[[Collection[str]], None],
         max_ops: int = 1000,
     ) -> None:
         self.lane = lane
@@ -425,13 +425,13 @@ class GroupCommitWriter:
             count = len(ops)
             if len(results) != count:
                 raise RuntimeError(f"the store returned {len(results)} results for {count} ops")
-            changed: set[str]
+            changed: Collection[str]
             if appends is not None:  # one actor's op: delivered without the loops below
                 actor.last_batch = number
-                # (commit_done resubmits what is still queued)
-                changed = {actor.session_id} if actor.commit_done(results[0]) else set()
+                # (commit_done resubmits what is still queued; a tuple is made for less)
+                changed = (actor.session_id,) if actor.commit_done(results[0]) else ()
             else:
-                changed = set()
+                changed = touched = set()
                 sliced = count > DELIVERY_SLICE
                 delivered = 0
                 assert targets is not None
@@ -447,7 +447,7 @@ class GroupCommitWriter:
                     for member in members:
                         member.last_batch = number
                         if member.commit_done(result):  # resubmits what is still queued
-                            changed.add(member.session_id)
+                            touched.add(member.session_id)
                 if sliced:
                     # ...and once more, so that the last slice has queued its next writes
                     # before the next batch is taken (run() yields again before taking

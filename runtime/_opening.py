@@ -6,7 +6,7 @@ from __future__ import annotations
 import functools
 import os
 import uuid
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Collection, Sequence
 from contextlib import asynccontextmanager
 
 import attrs
@@ -187,7 +187,7 @@ async def _running(
     hub = ChangeHub(read_lane, poll_interval=options.poll_interval)
     wal = WalCheckpointer(write_lane) if write_lane.store.capabilities.wal_upkeep else None
 
-    def on_commit(changed: set[str]) -> None:
+    def on_commit(changed: Collection[str]) -> None:
         hub.notify(changed)
         if wal is not None:
             wal.poke()

@@ -48,6 +48,7 @@ __all__ = [
     "decode_small",
     "encode_plain",
     "json_text",
+    "plain",
     "stdlib_json_text",
 ]
 
@@ -85,7 +86,7 @@ _STDLIB_DECODE: Callable[[str], Any] = json.JSONDecoder().decode
 _LEAVES: frozenset[type] = frozenset((str, int, bool, type(None)))
 
 
-def _plain(
+def plain(
     value: Any,
     depth: int,
     # Bound once, read as locals: the walk runs for every value of every event.
@@ -112,7 +113,7 @@ def _plain(
             if item_kind is _float:
                 if item - item != 0.0:
                     return False
-            elif depth >= MAX_NESTING or not _plain(item, depth + 1):
+            elif depth >= MAX_NESTING or not plain(item, depth + 1):
                 return False
         return True
     if kind is _list:
@@ -123,7 +124,7 @@ def _plain(
             if item_kind is _float:
                 if item - item != 0.0:
                     return False
-            elif depth >= MAX_NESTING or not _plain(item, depth + 1):
+            elif depth >= MAX_NESTING or not plain(item, depth + 1):
                 return False
         return True
     if kind is _float:
@@ -136,7 +137,7 @@ def json_text(value: object, index: int | None, kind: object) -> tuple[str, int]
     :class:`InvalidEventError` (``index``, ``kind``) for a value that is not exactly JSON,
     with the reason :func:`stdlib_json_text` gives."""
     try:
-        if _plain(value, 1):
+        if plain(value, 1):
             raw = _FAST_ENCODE(value)
             return raw.decode("utf-8"), len(raw)
     except (TypeError, ValueError, RecursionError):

@@ -12,6 +12,7 @@ from typing import Any, NoReturn, TypeAlias
 
 import attrs
 
+from . import _codec
 from ._codec import MAX_NESTING, decode, decode_small, encode_plain, json_text
 from ._errors import (
     InvalidArgumentError,
@@ -262,8 +263,10 @@ def prepare_events(events: Iterable[NewEvent]) -> list[PreparedEvent]:
             f"events must be a sequence of NewEvent, not {type(events).__name__}"
         )
     prepared: list[PreparedEvent] = []
-    known = _KNOWN_TEXT
+    known, exact = _KNOWN_TEXT, _codec.plain
     most, total, batch_most = MAX_EVENT_BYTES, 0, MAX_BATCH_BYTES
+    new, ready_type = object.__new__, PreparedEvent
+    set_kind, set_text, set_run_id = _set_prepared_kind, _set_data_json, _set_prepared_run_id
     for index, event in enumerate(events):
         if type(event) is not NewEvent and not isinstance(event, NewEvent):
             raise InvalidEventError(index, None, f"expected a NewEvent, not {type(event).__name__}")
@@ -273,11 +276,25 @@ def prepare_events(events: Iterable[NewEvent]) -> list[PreparedEvent]:
         run_id = event.run_id
         if run_id is not None and (type(run_id) is not str or run_id not in known):
             _check_text(run_id, "run_id", index, kind)
-        text, size = json_text(event.data, index, kind)
+        # json_text(data, index, kind), its fast path inline: one call fewer per event
+        data = event.data
+        try:
+            raw = _codec._FAST_ENCODE(data) if exact(data, 1) else None
+        except (TypeError, ValueError, RecursionError):
+            raw = None  # json_text's fallback names the reason
+        if raw is None:
+            text, size = json_text(data, index, kind)
+        else:
+            text, size = raw.decode("utf-8"), len(raw)
         total += size
         if size > most or total > batch_most:
             _refuse_size(index, kind, size, total)
-        prepared.append(PreparedEvent(kind, text, run_id))
+        # PreparedEvent(kind, text, run_id), its __init__ inline (one frame fewer per event)
+        ready = new(ready_type)
+        set_kind(ready, kind)
+        set_text(ready, text)
+        set_run_id(ready, run_id)
+        prepared.append(ready)
     return prepared
 
 
