@@ -77,7 +77,8 @@ def map_errors(what: str, *, writing: bool = False) -> Iterator[None]:
 
     * a lost or refused connection, a server shutting down, too many connections, a full
       disk, a refused permission, a server that only reads: :class:`StoreIOError` (for a
-      commit, ambiguous: it may have landed -- see the class);
+      connection lost during a write, ambiguous: it may have been committed, and the
+      message says to resend with ``retry=True`` -- see the class);
     * a serialization failure, a deadlock, a lock or statement timeout:
       :class:`StoreBusyError` (nothing was written; retry);
     * damaged data (``XX001``/``XX002``): :class:`StoreCorruptError`;
@@ -111,6 +112,12 @@ def translate(what: str, exc: psycopg.Error, *, writing: bool = False) -> Except
     if state.startswith(("08", "53", "57")) or isinstance(
         exc, psycopg.OperationalError | psycopg.InterfaceError
     ):
+        if writing:  # the server may have committed before the answer was lost
+            return StoreIOError(
+                f"{what}: connection to the PostgreSQL server failed ({detail}); the "
+                "write may have been committed before it failed: resend it with "
+                "retry=True (and the same expected_head) to land it exactly once"
+            )
         return StoreIOError(f"{what}: connection to the PostgreSQL server failed ({detail})")
     if isinstance(exc, pgerrors.UndefinedTable | pgerrors.UndefinedFunction):
         return StoreError(f"{what}: the store's tables are missing or changed ({detail})")
