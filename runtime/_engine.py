@@ -31,6 +31,7 @@ from stores import (
     SessionInfo,
     Store,
     StoredEvent,
+    StoreError,
     check_count,
     check_flag,
     check_seq,
@@ -217,4 +218,13 @@ class Engine:
             await actor.wait_committed()
         if any(actor.last_batch > number for actor in waits):
             number = writer.request_sync()  # a retry committed them after that barrier
-        await writer.wait_synced(number)
+        try:
+            await writer.wait_synced(number)
+        except StoreError as exc:
+            # The store's message speaks to a direct caller of its write (resend it);
+            # here every write the flush waited for is committed, and only the barrier
+            # failed. Same class, so callers' handlers still match.
+            raise type(exc)(
+                f"flush: the durability barrier failed ({exc}); the writes accepted before "
+                "the flush are committed, not yet known durable: call flush again"
+            ) from exc

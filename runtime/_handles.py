@@ -177,8 +177,9 @@ class SessionWriter(metaclass=NoPublicConstructor):
         With ``synchronous="normal"`` this is one fsync barrier, shared with every
         concurrent flush in the runtime. Cancellation only stops the waiting.
 
-        Raises: as :meth:`wait_committed`, and the store error if the barrier itself
-        failed (the writes are committed but not yet known durable: call again)."""
+        Raises: as :meth:`wait_committed`; if the barrier itself failed, an error of the
+        store error's class (the store's chained as ``__cause__``) saying the writes are
+        committed but not yet known durable: call again."""
         actor = self._live_actor()
         await self._engine.flush([actor], strict=True)
 

@@ -425,7 +425,8 @@ class Runtime(metaclass=NoPublicConstructor):
         Cancellation only stops the waiting.
 
         Raises: :class:`CommitPendingError` for a session whose writes are failing to
-        commit (they stay queued), the store error if the barrier itself failed."""
+        commit (they stay queued); if the barrier itself failed, an error of the store
+        error's class (the store's chained) saying to call again."""
         self._engine.check_open()
         await self._engine.flush(self._engine.supervisor.actors(), strict=False)
 

@@ -292,16 +292,19 @@ async def test_runtime_failed_barrier_after_commits(
     tmp_path: Path, vfs: FaultyVFS, kind: Kind
 ) -> None:
     """A flush whose writes are all committed and whose fsync barrier fails raises the
-    store error itself (not CommitPendingError: nothing is queued); the next flush, once
-    the disk is back, makes them durable."""
+    store error's class (not CommitPendingError: nothing is queued), saying to call flush
+    again, with the store's error chained; the next flush, once the disk is back, makes
+    them durable."""
     path = tmp_path / "rt.db"
     with trio.fail_after(30):
         async with open_runtime(path) as rt, rt.open_session("s") as w:
             assert await w.append(evs("x", 3)) == 3  # committed, not yet fsynced
             vfs.arm(Fault("sync", kind))
-            with pytest.raises(StoreIOError) as info:
+            with pytest.raises(StoreIOError, match="call flush again") as info:
                 await w.flush()
-            assert_names_cause(info.value, kind)
+            assert type(info.value) is StoreIOError
+            assert info.value.__cause__ is not None
+            assert_names_cause(info.value.__cause__, kind)
             vfs.disarm()
             await w.flush()
             assert w.committed_head == 3
