@@ -1,0 +1,255 @@
+"""Battery: the connection to PostgreSQL cut in the middle of writes (a real network
+failure, made by a proxy on 127.0.0.1: ``pg_proxy.py``).
+
+A cut either drops the chunk the client was sending (the server never runs it) or
+delivers it and throws the server's answer away (the server ran it, and committed it if
+it was a commit: the lost acknowledgement). The client cannot tell the two apart; the
+store raises ``StoreIOError`` saying the write may have been committed, and the resend
+rule (``retry=True`` with the same ``expected_head``) must land it exactly once either
+way. Store-level cases cut every write path of ``PostgresStore.write_batch`` at its
+commit, both ways; the random rounds cut a runtime's connections (writes, reads, lease
+renewals, the change feed) at a random chunk of a workload of awaited appends,
+``append_nowait`` with flushes and multi-event appends, and check that every session's
+log is exactly the accepted events, in order, once each.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Iterator
+from contextlib import AsyncExitStack
+
+import pytest
+import trio
+
+pytest.importorskip("psycopg", reason="psycopg is not installed (pip install -e '.[postgres]')")
+
+from battery_support import record, size
+from pg_proxy import CutProxy, open_cut_proxy
+from pgtest import url_of
+
+from runtime import open_runtime
+from stores import (
+    AppendOp,
+    CommitPendingError,
+    ConflictError,
+    NewEvent,
+    PostgresStore,
+    PreparedEvent,
+    StoreIOError,
+    TruncateOp,
+    WriteOp,
+)
+
+pytestmark = pytest.mark.slow
+
+#: Rounds of the random battery (each a runtime of its own, one cut).
+ROUNDS = size(16, 300)
+#: What the psycopg connection sends to commit an explicit transaction (a simple query).
+COMMIT = b"Q\x00\x00\x00\x0bCOMMIT\x00"
+#: The extended protocol's Execute of the unnamed portal, all rows: the message that runs
+#: a statement (the chunk before it may only prepare one).
+EXECUTE = b"E\x00\x00\x00\x09\x00\x00\x00\x00\x00"
+
+TOTAL = {
+    "rounds": 0,
+    "cuts": 0,
+    "delivered": 0,
+    "failed_commits": 0,
+    "pending_errors": 0,
+    "barrier_errors": 0,
+    "events": 0,
+}
+
+
+@pytest.fixture
+def proxy(pg_where: tuple[str, str]) -> Iterator[CutProxy]:
+    with open_cut_proxy(pg_where[0]) as running:
+        yield running
+
+
+def ev(value: int) -> PreparedEvent:
+    return PreparedEvent("k", str(value))
+
+
+def data(store: PostgresStore, session_id: str) -> list[object]:
+    return [event.data for event in store.read(session_id)]
+
+
+def resent(ops: list[WriteOp]) -> list[WriteOp]:
+    """``ops`` as the resend rule says: every append with ``retry=True``."""
+    return [
+        AppendOp(op.session_id, op.events, op.expected_head, op.owner, op.header_json, True)
+        if isinstance(op, AppendOp)
+        else op
+        for op in ops
+    ]
+
+
+#: Store-level batches, each ``(ops, the logs it leaves, match)``: the sessions start with
+#: events 1 and 2; the cut is at the first chunk holding ``match`` (the one statement of
+#: the append paths runs at its Execute).
+SHAPES: dict[str, tuple[list[WriteOp], dict[str, list[object]], bytes]] = {
+    "lone append": ([AppendOp("a", (ev(3),), 2)], {"a": [1, 2, 3]}, EXECUTE),
+    "lone append, two events": ([AppendOp("a", (ev(3), ev(4)), 2)], {"a": [1, 2, 3, 4]}, EXECUTE),
+    "one statement for three sessions": (
+        [AppendOp("a", (ev(3),), 2), AppendOp("b", (ev(3),), 2), AppendOp("c", (ev(3),), 2)],
+        {"a": [1, 2, 3], "b": [1, 2, 3], "c": [1, 2, 3]},
+        EXECUTE,
+    ),
+    "one statement, a new session": (
+        [AppendOp("a", (ev(3),), 2), AppendOp("new", (ev(1),), 0)],
+        {"a": [1, 2, 3], "new": [1]},
+        EXECUTE,
+    ),
+    "the general path (a truncate and an append), cut at its COMMIT": (
+        [TruncateOp("a", 1), AppendOp("a", (ev(5),), 1), AppendOp("b", (ev(3),), 2)],
+        {"a": [1, 5], "b": [1, 2, 3]},
+        COMMIT,
+    ),
+}
+
+
+@pytest.mark.parametrize("deliver", [True, False], ids=["answer-lost", "never-sent"])
+@pytest.mark.parametrize("shape", list(SHAPES))
+@pytest.mark.parametrize("sync", [False, True], ids=["commit", "sync"])
+def test_a_cut_write_lands_once_when_resent_as_told(
+    proxy: CutProxy, pg_where: tuple[str, str], shape: str, deliver: bool, sync: bool
+) -> None:
+    """A write_batch whose connection is cut (the server ran it and the answer was lost,
+    or it never reached the server) raises StoreIOError telling to resend with
+    retry=True; the log holds the batch whole or not at all, and the resend leaves it
+    exactly once. A resend without retry=True after a lost answer is refused
+    (ConflictError), never stored twice."""
+    dsn, schema = pg_where
+    ops, after, match = SHAPES[shape]
+    direct = PostgresStore(dsn, schema=schema)
+    store = PostgresStore(proxy.dsn(dsn), schema=schema)
+    try:
+        for session_id in ("a", "b", "c"):
+            direct.append(session_id, [NewEvent("k", 1), NewEvent("k", 2)])
+        store.write_batch([AppendOp("a", (ev(9),), 0)])  # its sessions' ids learnt: fails
+        before = {session_id: data(direct, session_id) for session_id in after}
+        proxy.arm(deliver=deliver, match=match)
+        with pytest.raises(StoreIOError, match="retry=True") as info:
+            store.write_batch(ops, sync=sync)
+        assert proxy.cuts
+        assert proxy.cuts[-1][0] is deliver
+        assert "may have been committed" in str(info.value)
+        landed = {session_id: data(direct, session_id) for session_id in after}
+        assert landed == (after if deliver else before)
+        if deliver and any(isinstance(op, AppendOp) for op in ops):
+            plain = [op for op in ops if isinstance(op, AppendOp) and op.events]
+            results = store.write_batch(plain[:1])
+            assert isinstance(results[0], ConflictError)
+        store.write_batch(resent(ops), sync=sync)
+        assert {session_id: data(direct, session_id) for session_id in after} == after
+    finally:
+        store.close()
+        direct.close()
+
+
+@pytest.mark.parametrize("deliver", [True, False], ids=["answer-lost", "never-sent"])
+async def test_a_cut_flush_barrier_says_call_flush_again(
+    proxy: CutProxy, pg_where: tuple[str, str], deliver: bool
+) -> None:
+    """A flush whose barrier's connection is cut raises the store's error class saying
+    the writes are committed and to call flush again; the next flush succeeds and the
+    log holds each event once."""
+    dsn, schema = pg_where
+    direct = PostgresStore(dsn, schema=schema)
+    try:
+        url = url_of(proxy.dsn(dsn), schema)
+        async with open_runtime(url) as rt, rt.open_session("s") as w:
+            await w.append([NewEvent("k", 1)])
+            proxy.arm(deliver=deliver, match=b"synchronous_commit")
+            with pytest.raises(StoreIOError, match="call flush again") as info:
+                await w.flush()
+            assert isinstance(info.value.__cause__, StoreIOError)
+            assert proxy.cuts
+            await w.flush()
+            await w.append([NewEvent("k", 2)])
+        assert await trio.to_thread.run_sync(data, direct, "s") == [1, 2]
+    finally:
+        direct.close()
+
+
+async def _round(
+    url: str, direct: PostgresStore, proxy: CutProxy, cuts: list[tuple[int, bool]], tag: str
+) -> int:
+    """One runtime, four sessions written four ways, and ``cuts``: ``(n, deliver)``
+    each, the first ``n`` chunks after the sessions are open, each next one ``n`` chunks
+    after the cut before. Returns how many chunks clients sent once the sessions were
+    open."""
+    accepted: dict[str, list[int]] = {f"{tag}-{i}": [] for i in range(4)}
+    names = list(accepted)
+    async with open_runtime(url, batch_window=0.001) as rt, AsyncExitStack() as stack:
+        writers = [await stack.enter_async_context(rt.open_session(name)) for name in names]
+        start = proxy.chunks
+        for n, deliver in cuts:
+            proxy.arm(n, deliver=deliver)
+
+        async def awaited(index: int, per_call: int) -> None:
+            w, log = writers[index], accepted[names[index]]
+            for i in range(0, 12, per_call):
+                values = list(range(i, i + per_call))
+                try:
+                    await w.append([NewEvent("k", v) for v in values])
+                except CommitPendingError:
+                    TOTAL["pending_errors"] += 1  # accepted: the runtime retries it
+                log.extend(values)
+
+        async def queued(index: int) -> None:
+            w, log = writers[index], accepted[names[index]]
+            for i in range(12):
+                w.append_nowait([NewEvent("k", i)])
+                log.append(i)
+                if i % 4 == 3:
+                    try:
+                        await w.flush()
+                    except CommitPendingError:
+                        TOTAL["pending_errors"] += 1
+                    except StoreIOError:  # the barrier failed: committed, not known durable
+                        TOTAL["barrier_errors"] += 1
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(awaited, 0, 1)
+            nursery.start_soon(awaited, 1, 1)
+            nursery.start_soon(queued, 2)
+            nursery.start_soon(awaited, 3, 3)
+        await stack.aclose()  # every writer drained (or its close raises)
+        failed = rt.statistics().writer.failed_batches
+        sent = proxy.chunks - start
+    proxy.disarm()
+    for name, values in accepted.items():
+        assert await trio.to_thread.run_sync(data, direct, name) == values, name
+    TOTAL["rounds"] += bool(cuts)
+    TOTAL["cuts"] += len(proxy.cuts)
+    TOTAL["delivered"] += sum(deliver for deliver, _ in proxy.cuts)
+    TOTAL["failed_commits"] += failed
+    TOTAL["events"] += sum(len(values) for values in accepted.values())
+    return sent
+
+
+async def test_random_cuts_keep_every_accepted_event_once(pg_where: tuple[str, str]) -> None:
+    """Rounds of a runtime whose connections are cut once at a random chunk (answer lost
+    or chunk dropped): every session's log is exactly its accepted events, once each, and
+    no write is lost or refused."""
+    dsn, schema = pg_where
+    direct = PostgresStore(dsn, schema=schema)
+    try:
+        with open_cut_proxy(dsn) as proxy:  # a round without a cut: how many chunks
+            chunks = await _round(url_of(proxy.dsn(dsn), schema), direct, proxy, [], "dry")
+        for number in range(ROUNDS):
+            rng = random.Random(number)
+            with open_cut_proxy(dsn) as proxy:
+                url = url_of(proxy.dsn(dsn), schema)
+                # one cut, or two (the second may meet the reconnection itself)
+                count = rng.choice((1, 1, 2))
+                cuts = [(rng.randint(1, chunks // count), rng.random() < 0.5) for _ in range(count)]
+                await _round(url, direct, proxy, cuts, f"r{number}")
+    finally:
+        direct.close()
+    assert TOTAL["cuts"] >= ROUNDS * 3 // 4, TOTAL
+    assert TOTAL["failed_commits"] >= 1, TOTAL  # the cuts reached commits, not only reads
+    record("pg_cuts", **TOTAL)
