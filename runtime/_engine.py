@@ -39,7 +39,7 @@ from stores import (
 
 from ._projections import Projection, StatsProjection
 
-__all__ = ["Engine", "StoreView"]
+__all__ = ["Engine", "StoreView", "barrier_failed"]
 
 T = TypeVar("T")
 
@@ -221,10 +221,19 @@ class Engine:
         try:
             await writer.wait_synced(number)
         except StoreError as exc:
-            # The store's message speaks to a direct caller of its write (resend it);
-            # here every write the flush waited for is committed, and only the barrier
-            # failed. Same class, so callers' handlers still match.
-            raise type(exc)(
-                f"flush: the durability barrier failed ({exc}); the writes accepted before "
-                "the flush are committed, not yet known durable: call flush again"
+            raise barrier_failed(
+                exc,
+                "flush",
+                "the writes accepted before the flush are committed, not yet "
+                "known durable: call flush again",
             ) from exc
+
+
+def barrier_failed(error: StoreError, what: str, state: str) -> StoreError:
+    """The error a runtime call raises when its fsync barrier failed with ``error``: of
+    the same class (callers' handlers still match), saying what failed and ``state``
+    (what stands and what to do). The store's own message speaks to a direct caller of
+    the write (on PostgreSQL: resend it with ``retry=True``), advice a runtime user must
+    not follow: the runtime keeps accepted writes and retries them itself. Raise it
+    ``from error``."""
+    return type(error)(f"{what}: the durability barrier failed ({error}); {state}")

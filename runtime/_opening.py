@@ -16,13 +16,14 @@ from actors import ChangeHub, GroupCommitWriter, StoreLane, Supervisor, WalCheck
 from stores import (
     InvalidArgumentError,
     Store,
+    StoreError,
     Synchronous,
     TidelogError,
     UnwrittenError,
     open_store,
 )
 
-from ._engine import Engine
+from ._engine import Engine, barrier_failed
 from ._groups import plain_errors
 from ._options import RuntimeOptions
 from ._published import StatisticsPublisher
@@ -73,7 +74,10 @@ async def open_runtime(
     (one fsync barrier), releases the leases and closes the connections. Accepted writes
     that could not be committed are raised as :class:`~stores.UnwrittenError` (several
     as an exception group); if the block itself raised, that exception and those errors
-    are raised together as a group, so neither is hidden.
+    are raised together as a group, so neither is hidden. Otherwise a failure of the
+    final barrier or of closing a connection is raised at exit (the first; the others as
+    its notes): every accepted write is committed then, and a failed barrier's error
+    says to open the store again and flush.
 
     Raises: :class:`~stores.InvalidArgumentError` for bad options (nothing is created),
     the store's open errors (:class:`~stores.UnsupportedFormatError`,
@@ -276,6 +280,15 @@ async def _shutdown(engine: Engine, cleanup_errors: list[TidelogError]) -> list[
         number = writer.request_sync()
         try:
             await writer.wait_synced(number)
+        except StoreError as exc:
+            error = barrier_failed(
+                exc,
+                "closing the runtime",
+                "every accepted write is committed, not yet "
+                "known durable: open the store again and flush to make it durable",
+            )
+            error.__cause__ = exc
+            cleanup_errors.append(error)
         except TidelogError as exc:
             cleanup_errors.append(exc)
     writer.closed = True

@@ -62,8 +62,13 @@ class CutProxy:
     #: match]`` each; the first counts from when it was armed, each next one from the
     #: cut before it.
     _plans: list[tuple[int, bool, bytes | None]] = attrs.field(factory=list)
+    #: Every chunk clients sent, in order, while ``record`` is set.
+    record: bool = False
+    sent: list[bytes] = attrs.field(factory=list)
     #: Cuts made: ``(deliver, chunk)`` each, in order.
     cuts: list[tuple[bool, bytes]] = attrs.field(factory=list)
+    #: The answers thrown away by delivered cuts (their first chunk each).
+    lost: list[bytes] = attrs.field(factory=list)
     #: Connections accepted.
     connections: int = 0
 
@@ -140,11 +145,14 @@ class CutProxy:
             return
         if not from_client:
             if pair.cut_at_reply is not None:  # the answer to the delivered chunk: lost
+                self.lost.append(data)
                 self._close(pair)
                 return
         else:
             with self._lock:
                 self.chunks += 1
+                if self.record:
+                    self.sent.append(data)
                 cut = deliver = False
                 if self._plans:
                     left, deliver, match = self._plans[0]

@@ -377,7 +377,7 @@ async def test_runtime_shutdown_with_persistent_fault(
     UnwrittenError naming exactly the accepted events that were not written (with those
     events), and the file holds a gapless prefix of what was accepted -- together, all
     of it, once. A sync fault: every commit landed, only the final fsync barrier failed,
-    and the exit raises that StoreIOError."""
+    and the exit raises a StoreIOError saying so, the store's chained."""
     path = tmp_path / "rt.db"
     accepted: list[object] = []
     expected = UnwrittenError if call == "write" else StoreIOError
@@ -411,7 +411,9 @@ async def test_runtime_shutdown_with_persistent_fault(
         assert len(stored) >= 4, stored
         assert (len(stored) - 4) % 3 == 0, stored
     else:
-        assert_names_cause(info.value, kind)
+        assert str(info.value).startswith("closing the runtime: the durability barrier")
+        assert info.value.__cause__ is not None
+        assert_names_cause(info.value.__cause__, kind)
         assert stored == accepted
 
 

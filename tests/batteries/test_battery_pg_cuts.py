@@ -50,11 +50,15 @@ COMMIT = b"Q\x00\x00\x00\x0bCOMMIT\x00"
 #: The extended protocol's Execute of the unnamed portal, all rows: the message that runs
 #: a statement (the chunk before it may only prepare one).
 EXECUTE = b"E\x00\x00\x00\x09\x00\x00\x00\x00\x00"
+#: ReadyForQuery, idle: the server's answer says its transaction ended (committed, for a
+#: write; a read in autocommit says the same).
+IDLE = b"Z\x00\x00\x00\x05I"
 
 TOTAL = {
     "rounds": 0,
     "cuts": 0,
     "delivered": 0,
+    "answers_lost_after_commit": 0,
     "failed_commits": 0,
     "pending_errors": 0,
     "barrier_errors": 0,
@@ -174,61 +178,132 @@ async def test_a_cut_flush_barrier_says_call_flush_again(
         direct.close()
 
 
+@pytest.mark.parametrize("deliver", [True, False], ids=["answer-lost", "never-sent"])
+async def test_a_cut_final_barrier_fails_the_close_and_loses_nothing(
+    proxy: CutProxy, pg_where: tuple[str, str], deliver: bool
+) -> None:
+    """A runtime whose final barrier (at close) is cut raises the store's error class at
+    exit, saying every accepted write is committed and to open the store again and flush;
+    the log holds each event once."""
+    dsn, schema = pg_where
+    direct = PostgresStore(dsn, schema=schema)
+    try:
+        url = url_of(proxy.dsn(dsn), schema)
+
+        async def write_and_close() -> None:
+            async with open_runtime(url) as rt, rt.open_session("s") as w:
+                await w.append([NewEvent("k", 1)])
+                await w.append([NewEvent("k", 2)])  # committed, not yet durable
+                proxy.arm(deliver=deliver, match=b"synchronous_commit")
+
+        with pytest.raises(StoreIOError, match="open the store again and flush") as info:
+            await write_and_close()
+        assert str(info.value).startswith("closing the runtime")
+        assert isinstance(info.value.__cause__, StoreIOError)
+        assert proxy.cuts
+        assert await trio.to_thread.run_sync(data, direct, "s") == [1, 2]
+    finally:
+        direct.close()
+
+
 async def _round(
-    url: str, direct: PostgresStore, proxy: CutProxy, cuts: list[tuple[int, bool]], tag: str
-) -> int:
-    """One runtime, four sessions written four ways, and ``cuts``: ``(n, deliver)``
-    each, the first ``n`` chunks after the sessions are open, each next one ``n`` chunks
-    after the cut before. Returns how many chunks clients sent once the sessions were
-    open."""
-    accepted: dict[str, list[int]] = {f"{tag}-{i}": [] for i in range(4)}
+    url: str,
+    direct: PostgresStore,
+    proxy: CutProxy,
+    cuts: list[tuple[int, bool, bytes | None]],
+    tag: str,
+) -> None:
+    """One runtime, seven sessions written five ways (awaited appends of one and of
+    three events, ``append_nowait`` with flushes, groups over two sessions, appends with
+    truncates and replaces), and ``cuts``: ``(n, deliver, match)`` each (see
+    :meth:`CutProxy.arm`), the first counted once the sessions are open, each next one
+    from the cut before. With no cuts the proxy records what clients send from then on."""
+    accepted: dict[str, list[int]] = {f"{tag}-{i}": [] for i in range(7)}
     names = list(accepted)
-    async with open_runtime(url, batch_window=0.001) as rt, AsyncExitStack() as stack:
-        writers = [await stack.enter_async_context(rt.open_session(name)) for name in names]
-        start = proxy.chunks
-        for n, deliver in cuts:
-            proxy.arm(n, deliver=deliver)
+    try:
+        async with open_runtime(url, batch_window=0.001) as rt, AsyncExitStack() as stack:
+            writers = [await stack.enter_async_context(rt.open_session(name)) for name in names]
+            proxy.record = not cuts
+            for n, deliver, match in cuts:
+                proxy.arm(n, deliver=deliver, match=match)
 
-        async def awaited(index: int, per_call: int) -> None:
-            w, log = writers[index], accepted[names[index]]
-            for i in range(0, 12, per_call):
-                values = list(range(i, i + per_call))
-                try:
-                    await w.append([NewEvent("k", v) for v in values])
-                except CommitPendingError:
-                    TOTAL["pending_errors"] += 1  # accepted: the runtime retries it
-                log.extend(values)
-
-        async def queued(index: int) -> None:
-            w, log = writers[index], accepted[names[index]]
-            for i in range(12):
-                w.append_nowait([NewEvent("k", i)])
-                log.append(i)
-                if i % 4 == 3:
+            async def awaited(index: int, per_call: int) -> None:
+                w, log = writers[index], accepted[names[index]]
+                for i in range(0, 12, per_call):
+                    values = list(range(i, i + per_call))
                     try:
-                        await w.flush()
+                        await w.append([NewEvent("k", v) for v in values])
+                    except CommitPendingError:
+                        TOTAL["pending_errors"] += 1  # accepted: the runtime retries it
+                    log.extend(values)
+
+            async def queued(index: int) -> None:
+                w, log = writers[index], accepted[names[index]]
+                for i in range(12):
+                    w.append_nowait([NewEvent("k", i)])
+                    log.append(i)
+                    if i % 4 == 3:
+                        try:
+                            await w.flush()
+                        except CommitPendingError:
+                            TOTAL["pending_errors"] += 1
+                        except StoreIOError:  # the barrier failed: committed, not known durable
+                            TOTAL["barrier_errors"] += 1
+
+            async def grouped(first: int, second: int) -> None:
+                for i in range(0, 8, 2):
+                    parts = {writers[first]: [i, i + 1], writers[second]: [100 + i]}
+                    try:
+                        await rt.append_atomic(
+                            {w: [NewEvent("k", v) for v in values] for w, values in parts.items()}
+                        )
+                    except CommitPendingError:
+                        TOTAL["pending_errors"] += 1  # the whole group stays queued
+                    accepted[names[first]].extend(parts[writers[first]])
+                    accepted[names[second]].extend(parts[writers[second]])
+
+            async def rewritten(index: int) -> None:
+                w, log = writers[index], accepted[names[index]]
+                for i in range(0, 30, 10):
+                    try:
+                        await w.append([NewEvent("k", i + k) for k in range(3)])
                     except CommitPendingError:
                         TOTAL["pending_errors"] += 1
-                    except StoreIOError:  # the barrier failed: committed, not known durable
-                        TOTAL["barrier_errors"] += 1
+                    log.extend([i, i + 1, i + 2])
+                    try:
+                        await w.truncate(len(log) - 1)
+                    except CommitPendingError:
+                        TOTAL["pending_errors"] += 1
+                    del log[-1:]
+                    try:
+                        await w.replace(len(log) - 1, [NewEvent("k", i + 5), NewEvent("k", i + 6)])
+                    except CommitPendingError:
+                        TOTAL["pending_errors"] += 1
+                    log[len(log) - 1 :] = [i + 5, i + 6]
 
-        async with trio.open_nursery() as nursery:
-            nursery.start_soon(awaited, 0, 1)
-            nursery.start_soon(awaited, 1, 1)
-            nursery.start_soon(queued, 2)
-            nursery.start_soon(awaited, 3, 3)
-        await stack.aclose()  # every writer drained (or its close raises)
-        failed = rt.statistics().writer.failed_batches
-        sent = proxy.chunks - start
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(awaited, 0, 1)
+                nursery.start_soon(awaited, 1, 1)
+                nursery.start_soon(queued, 2)
+                nursery.start_soon(awaited, 3, 3)
+                nursery.start_soon(grouped, 4, 5)
+                nursery.start_soon(rewritten, 6)
+            await stack.aclose()  # every writer drained (or its close raises)
+            failed = rt.statistics().writer.failed_batches
+        proxy.record = False
+    except StoreIOError as exc:  # the final barrier failed: committed, not known durable
+        if not str(exc).startswith("closing the runtime"):
+            raise
+        TOTAL["barrier_errors"] += 1
     proxy.disarm()
     for name, values in accepted.items():
         assert await trio.to_thread.run_sync(data, direct, name) == values, name
     TOTAL["rounds"] += bool(cuts)
     TOTAL["cuts"] += len(proxy.cuts)
     TOTAL["delivered"] += sum(deliver for deliver, _ in proxy.cuts)
+    TOTAL["answers_lost_after_commit"] += sum(IDLE in answer for answer in proxy.lost)
     TOTAL["failed_commits"] += failed
     TOTAL["events"] += sum(len(values) for values in accepted.values())
-    return sent
 
 
 async def test_random_cuts_keep_every_accepted_event_once(pg_where: tuple[str, str]) -> None:
@@ -238,18 +313,30 @@ async def test_random_cuts_keep_every_accepted_event_once(pg_where: tuple[str, s
     dsn, schema = pg_where
     direct = PostgresStore(dsn, schema=schema)
     try:
-        with open_cut_proxy(dsn) as proxy:  # a round without a cut: how many chunks
-            chunks = await _round(url_of(proxy.dsn(dsn), schema), direct, proxy, [], "dry")
+        with open_cut_proxy(dsn) as proxy:  # a round without a cut: what clients send
+            await _round(url_of(proxy.dsn(dsn), schema), direct, proxy, [], "dry")
+            sent = proxy.sent
+        # Where a cut may fall, and how many such chunks a round sends: any chunk; a
+        # COMMIT (the general path's commit point); a chunk that runs a statement (the
+        # one-statement appends commit there). A delivered cut elsewhere aborts an open
+        # transaction; at these two it loses the answer to a commit.
+        targets = [
+            (match, sum(match is None or match in chunk for chunk in sent))
+            for match in (None, COMMIT, EXECUTE)
+        ]
         for number in range(ROUNDS):
             rng = random.Random(number)
             with open_cut_proxy(dsn) as proxy:
-                url = url_of(proxy.dsn(dsn), schema)
                 # one cut, or two (the second may meet the reconnection itself)
                 count = rng.choice((1, 1, 2))
-                cuts = [(rng.randint(1, chunks // count), rng.random() < 0.5) for _ in range(count)]
-                await _round(url, direct, proxy, cuts, f"r{number}")
+                cuts = []
+                for _ in range(count):
+                    match, total = rng.choice(targets)
+                    cuts.append((rng.randint(1, max(1, total // count)), rng.random() < 0.5, match))
+                await _round(url_of(proxy.dsn(dsn), schema), direct, proxy, cuts, f"r{number}")
     finally:
         direct.close()
     assert TOTAL["cuts"] >= ROUNDS * 3 // 4, TOTAL
     assert TOTAL["failed_commits"] >= 1, TOTAL  # the cuts reached commits, not only reads
+    assert TOTAL["answers_lost_after_commit"] >= 1, TOTAL  # and lost answers to commits
     record("pg_cuts", **TOTAL)
