@@ -18,6 +18,7 @@ from __future__ import annotations
 import random
 from collections.abc import Iterator
 from contextlib import AsyncExitStack
+from typing import Literal
 
 import pytest
 import trio
@@ -212,16 +213,19 @@ async def _round(
     proxy: CutProxy,
     cuts: list[tuple[int, bool, bytes | None]],
     tag: str,
+    synchronous: Literal["normal", "full"] = "normal",
 ) -> None:
     """One runtime, seven sessions written five ways (awaited appends of one and of
     three events, ``append_nowait`` with flushes, groups over two sessions, appends with
     truncates and replaces), and ``cuts``: ``(n, deliver, match)`` each (see
     :meth:`CutProxy.arm`), the first counted once the sessions are open, each next one
-    from the cut before. With no cuts the proxy records what clients send from then on."""
+    from the cut before, on a runtime with ``synchronous``. With no cuts the proxy records
+    what clients send from then on."""
     accepted: dict[str, list[int]] = {f"{tag}-{i}": [] for i in range(7)}
     names = list(accepted)
     try:
-        async with open_runtime(url, batch_window=0.001) as rt, AsyncExitStack() as stack:
+        runtime = open_runtime(url, synchronous=synchronous, batch_window=0.001)
+        async with runtime as rt, AsyncExitStack() as stack:
             writers = [await stack.enter_async_context(rt.open_session(name)) for name in names]
             proxy.record = not cuts
             for n, deliver, match in cuts:
@@ -333,7 +337,9 @@ async def test_random_cuts_keep_every_accepted_event_once(pg_where: tuple[str, s
                 for _ in range(count):
                     match, total = rng.choice(targets)
                     cuts.append((rng.randint(1, max(1, total // count)), rng.random() < 0.5, match))
-                await _round(url_of(proxy.dsn(dsn), schema), direct, proxy, cuts, f"r{number}")
+                url = url_of(proxy.dsn(dsn), schema)
+                synchronous: Literal["normal", "full"] = rng.choice(("normal", "full"))
+                await _round(url, direct, proxy, cuts, f"r{number}", synchronous)
     finally:
         direct.close()
     assert TOTAL["cuts"] >= ROUNDS * 3 // 4, TOTAL
