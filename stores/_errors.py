@@ -336,11 +336,12 @@ class StoreIOError(StoreError):
     The failing operation is not visible to anyone now, except in the *ambiguous* cases,
     where a commit's acknowledgement is lost (as with any database): when the fsync of a
     commit fails, a SQLite transaction's frames may already be in the WAL, and a crash
-    before the next write can make it reappear, whole, after recovery; and when the connection to a PostgreSQL server fails during a
-    write, the server may have committed it before the answer was lost (the message
-    says so). Retry with ``expected_head`` and ``AppendOp(retry=True)`` to land it
-    exactly once -- the runtime does this for you: it keeps queued events and retries
-    them once the store recovers.
+    before the next write can make it reappear, whole, after recovery; and when the
+    connection to a PostgreSQL server fails during a write, the server may have
+    committed it before the answer was lost (the message says so). Retry with
+    ``expected_head`` and ``AppendOp(retry=True)`` to land it exactly once -- the
+    runtime does this for you: it keeps queued events and retries them once the store
+    recovers.
     """
 
 

@@ -13,7 +13,14 @@ from typing import Any, NoReturn, TypeAlias
 import attrs
 
 from . import _codec
-from ._codec import MAX_NESTING, decode, decode_small, encode_plain, json_text
+from ._codec import (
+    MAX_NESTING,
+    decode,
+    decode_small,
+    encode_plain,
+    json_text,
+    stdlib_json_text,
+)
 from ._errors import (
     InvalidArgumentError,
     InvalidEventError,
@@ -281,9 +288,9 @@ def prepare_events(events: Iterable[NewEvent]) -> list[PreparedEvent]:
         try:
             raw = _codec._FAST_ENCODE(data) if exact(data, 1) else None
         except (TypeError, ValueError, RecursionError):
-            raw = None  # json_text's fallback names the reason
-        if raw is None:
-            text, size = json_text(data, index, kind)
+            raw = None  # a lone surrogate, an int past the digit limit, a deep stack
+        if raw is None:  # json_text's fallback: encodes what the contract accepts, or
+            text, size = stdlib_json_text(data, index, kind)  # names why it refuses
         else:
             text, size = raw.decode("utf-8"), len(raw)
         total += size
