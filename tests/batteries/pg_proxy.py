@@ -15,8 +15,9 @@ the ``n``-th chunk a client sends from then on. That chunk is then
 
 The client sees what a real network failure shows it (``server closed the connection
 unexpectedly``); the next connection goes through the proxy as before. The proxy runs in
-a thread of its own (one ``selectors`` loop for every connection), so a blocking client
--- the store's lane thread -- is served whatever the test's event loop does.
+a thread of its own (one ``selectors`` loop for every connection, blocking sends: the
+tests' messages are small), so a blocking client -- the store's lane thread -- is served
+whatever the test's event loop does.
 """
 
 from __future__ import annotations
@@ -125,7 +126,12 @@ class CutProxy:
             server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         else:
             server = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-        server.connect(self.upstream)
+        try:
+            server.connect(self.upstream)
+        except OSError:  # the server refused: so does the proxy
+            server.close()
+            client.close()
+            return
         client.setblocking(True)
         server.setblocking(True)
         pair = _Pair(client, server)
