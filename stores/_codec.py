@@ -47,6 +47,7 @@ __all__ = [
     "decode_bytes",
     "decode_small",
     "encode_plain",
+    "fast_encode",
     "json_text",
     "plain",
     "stdlib_json_text",
@@ -61,16 +62,16 @@ def _load_codec() -> None:
     """Import msgspec and put its encoder and decoder in place of the loaders below (from
     then on every call goes straight to them). Two threads may both get here first: each
     puts an equal pair in place."""
-    global _FAST_ENCODE, _FAST_DECODE
+    global fast_encode, _FAST_DECODE
     import msgspec
 
-    _FAST_ENCODE = msgspec.json.Encoder().encode
+    fast_encode = msgspec.json.Encoder().encode
     _FAST_DECODE = msgspec.json.Decoder().decode
 
 
 def _first_encode(value: object) -> bytes:
     _load_codec()
-    return _FAST_ENCODE(value)
+    return fast_encode(value)
 
 
 def _first_decode(text: str | bytes) -> Any:
@@ -78,7 +79,10 @@ def _first_decode(text: str | bytes) -> Any:
     return _FAST_DECODE(text)
 
 
-_FAST_ENCODE: Callable[[object], bytes] = _first_encode
+#: msgspec's compact encoder once loaded (the first call loads it): JSON as UTF-8 bytes,
+#: with no checks of tidelog's (:func:`plain` first). Read it through the module
+#: (``_codec.fast_encode``), since the first call rebinds it.
+fast_encode: Callable[[object], bytes] = _first_encode
 _FAST_DECODE: Callable[[str | bytes], Any] = _first_decode
 _STDLIB_DECODE: Callable[[str], Any] = json.JSONDecoder().decode
 
@@ -138,7 +142,7 @@ def json_text(value: object, index: int | None, kind: object) -> tuple[str, int]
     with the reason :func:`stdlib_json_text` gives."""
     try:
         if plain(value, 1):
-            raw = _FAST_ENCODE(value)
+            raw = fast_encode(value)
             return raw.decode("utf-8"), len(raw)
     except (TypeError, ValueError, RecursionError):
         pass  # a lone surrogate, an int past the digit limit, a deep stack: see below
@@ -148,7 +152,7 @@ def json_text(value: object, index: int | None, kind: object) -> tuple[str, int]
 def encode_plain(value: object) -> str:
     """JSON text of a value known to be exactly JSON without lone surrogates (a list of
     validated session ids): no walk."""
-    return _FAST_ENCODE(value).decode("utf-8")
+    return fast_encode(value).decode("utf-8")
 
 
 def decode(text: str) -> Any:

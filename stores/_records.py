@@ -286,7 +286,7 @@ def prepare_events(events: Iterable[NewEvent]) -> list[PreparedEvent]:
         # json_text(data, index, kind), its fast path inline: one call fewer per event
         data = event.data
         try:
-            raw = _codec._FAST_ENCODE(data) if exact(data, 1) else None
+            raw = _codec.fast_encode(data) if exact(data, 1) else None
         except (TypeError, ValueError, RecursionError):
             raw = None  # a lone surrogate, an int past the digit limit, a deep stack
         if raw is None:  # json_text's fallback: encodes what the contract accepts, or
