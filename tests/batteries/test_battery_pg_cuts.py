@@ -51,6 +51,9 @@ COMMIT = b"Q\x00\x00\x00\x0bCOMMIT\x00"
 #: The extended protocol's Execute of the unnamed portal, all rows: the message that runs
 #: a statement (the chunk before it may only prepare one).
 EXECUTE = b"E\x00\x00\x00\x09\x00\x00\x00\x00\x00"
+#: What a flush barrier's statement holds (and no connection's setup, which sets
+#: ``synchronous_commit`` too): the WAL message that makes PostgreSQL flush its WAL.
+BARRIER = b"pg_logical_emit_message"
 #: ReadyForQuery, idle: the server's answer says its transaction ended (committed, for a
 #: write; a read in autocommit says the same).
 IDLE = b"Z\x00\x00\x00\x05I"
@@ -167,7 +170,7 @@ async def test_a_cut_flush_barrier_says_call_flush_again(
         url = url_of(proxy.dsn(dsn), schema)
         async with open_runtime(url) as rt, rt.open_session("s") as w:
             await w.append([NewEvent("k", 1)])
-            proxy.arm(deliver=deliver, match=b"synchronous_commit")
+            proxy.arm(deliver=deliver, match=BARRIER)
             with pytest.raises(StoreIOError, match="call flush again") as info:
                 await w.flush()
             assert isinstance(info.value.__cause__, StoreIOError)
@@ -195,7 +198,7 @@ async def test_a_cut_final_barrier_fails_the_close_and_loses_nothing(
             async with open_runtime(url) as rt, rt.open_session("s") as w:
                 await w.append([NewEvent("k", 1)])
                 await w.append([NewEvent("k", 2)])  # committed, not yet durable
-                proxy.arm(deliver=deliver, match=b"synchronous_commit")
+                proxy.arm(deliver=deliver, match=BARRIER)
 
         with pytest.raises(StoreIOError, match="open the store again and flush") as info:
             await write_and_close()

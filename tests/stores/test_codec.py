@@ -264,7 +264,7 @@ def test_the_compiled_codec_loads_on_first_use_from_any_thread(tmp_path: pathlib
         for t in threads: t.join()
         assert results == [True] * 8, results
         import msgspec
-        assert codec._FAST_ENCODE.__self__.__class__ is msgspec.json.Encoder
+        assert codec.fast_encode.__self__.__class__ is msgspec.json.Encoder
         assert codec._FAST_DECODE.__self__.__class__ is msgspec.json.Decoder
         """
     )
