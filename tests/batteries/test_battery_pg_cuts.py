@@ -37,6 +37,7 @@ from stores import (
     NewEvent,
     PostgresStore,
     PreparedEvent,
+    StoredEvent,
     StoreIOError,
     TruncateOp,
     WriteOp,
@@ -220,15 +221,15 @@ async def _round(
 ) -> None:
     """One runtime, seven sessions written five ways (awaited appends of one and of
     three events, ``append_nowait`` with flushes, groups over two sessions, appends with
-    truncates and replaces), and ``cuts``: ``(n, deliver, match)`` each (see
-    :meth:`CutProxy.arm`), the first counted once the sessions are open, each next one
-    from the cut before, on a runtime with ``synchronous``. With no cuts the proxy records
-    what clients send from then on."""
+    truncates and replaces), two of them tailed by another runtime, and ``cuts``: ``(n,
+    deliver, match)`` each (see :meth:`CutProxy.arm`), the first counted once the
+    sessions are open, each next one from the cut before, on a runtime with
+    ``synchronous``. With no cuts the proxy records what clients send from then on."""
     accepted: dict[str, list[int]] = {f"{tag}-{i}": [] for i in range(7)}
     names = list(accepted)
     try:
         runtime = open_runtime(url, synchronous=synchronous, batch_window=0.001)
-        async with runtime as rt, AsyncExitStack() as stack:
+        async with runtime as rt, open_runtime(url) as other, AsyncExitStack() as stack:
             writers = [await stack.enter_async_context(rt.open_session(name)) for name in names]
             proxy.record = not cuts
             for n, deliver, match in cuts:
@@ -288,13 +289,27 @@ async def _round(
                         TOTAL["pending_errors"] += 1
                     log[len(log) - 1 :] = [i + 5, i + 6]
 
-            async with trio.open_nursery() as nursery:
-                nursery.start_soon(awaited, 0, 1)
-                nursery.start_soon(awaited, 1, 1)
-                nursery.start_soon(queued, 2)
-                nursery.start_soon(awaited, 3, 3)
-                nursery.start_soon(grouped, 4, 5)
-                nursery.start_soon(rewritten, 6)
+            async def tailed(index: int) -> None:
+                # Another runtime (another host) hears of the commits through the
+                # store's change feed, whose connection the cuts reach too.
+                name = names[index]
+                seen = tails[name] = []
+                async for event in other.tail(name):
+                    seen.append(event)
+                    if len(seen) == 12:
+                        break
+
+            tails: dict[str, list[StoredEvent]] = {}
+            with trio.fail_after(60):
+                async with trio.open_nursery() as nursery:
+                    nursery.start_soon(tailed, 0)
+                    nursery.start_soon(tailed, 3)
+                    nursery.start_soon(awaited, 0, 1)
+                    nursery.start_soon(awaited, 1, 1)
+                    nursery.start_soon(queued, 2)
+                    nursery.start_soon(awaited, 3, 3)
+                    nursery.start_soon(grouped, 4, 5)
+                    nursery.start_soon(rewritten, 6)
             await stack.aclose()  # every writer drained (or its close raises)
             failed = rt.statistics().writer.failed_batches
         proxy.record = False
@@ -305,6 +320,10 @@ async def _round(
     proxy.disarm()
     for name, values in accepted.items():
         assert await trio.to_thread.run_sync(data, direct, name) == values, name
+    for name, seen in tails.items():  # each committed event once, in order, no gap
+        assert [(event.seq, event.data) for event in seen] == list(
+            enumerate(accepted[name], start=1)
+        ), name
     TOTAL["rounds"] += bool(cuts)
     TOTAL["cuts"] += len(proxy.cuts)
     TOTAL["delivered"] += sum(deliver for deliver, _ in proxy.cuts)
