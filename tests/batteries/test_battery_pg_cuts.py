@@ -7,10 +7,11 @@ it was a commit: the lost acknowledgement). The client cannot tell the two apart
 store raises ``StoreIOError`` saying the write may have been committed, and the resend
 rule (``retry=True`` with the same ``expected_head``) must land it exactly once either
 way. Store-level cases cut every write path of ``PostgresStore.write_batch`` at its
-commit, both ways; the random rounds cut a runtime's connections (writes, reads, lease
-renewals, the change feed) at a random chunk of a workload of awaited appends,
-``append_nowait`` with flushes and multi-event appends, and check that every session's
-log is exactly the accepted events, in order, once each.
+commit, both ways, and a flush's and a close's barrier; the random rounds cut a
+runtime's connections (writes, reads, lease renewals, the change feed) once or twice
+during a workload of awaited appends, ``append_nowait`` with flushes, groups, truncates
+and replaces, tailed from a second runtime, and check that every session's log, and
+every tail, is exactly the accepted events, in order, once each.
 """
 
 from __future__ import annotations
@@ -45,7 +46,7 @@ from stores import (
 
 pytestmark = pytest.mark.slow
 
-#: Rounds of the random battery (each a runtime of its own, one cut).
+#: Rounds of the random battery (each a runtime of its own, one or two cuts).
 ROUNDS = size(16, 300)
 #: What the psycopg connection sends to commit an explicit transaction (a simple query).
 COMMIT = b"Q\x00\x00\x00\x0bCOMMIT\x00"
