@@ -49,7 +49,8 @@ class _Pair:
 
 @attrs.define(eq=False)
 class CutProxy:
-    """The proxy's state; the test reads it, :meth:`arm` plans the cuts."""
+    """The proxy's state; the test reads it, :meth:`arm` plans the cuts, and
+    :meth:`partition` / :meth:`heal` cut everything for a while."""
 
     listener: socket.socket
     upstream: str | tuple[str, int]
@@ -72,6 +73,7 @@ class CutProxy:
     lost: list[bytes] = attrs.field(factory=list)
     #: Connections accepted.
     connections: int = 0
+    _partitioned: bool = False
 
     @property
     def port(self) -> int:
@@ -97,6 +99,17 @@ class CutProxy:
         with self._lock:
             self._plans.clear()
 
+    def partition(self) -> None:
+        """A network partition: every connection is cut now (at its next chunk either
+        way, or within a loop's turn), and new ones are refused until :meth:`heal`."""
+        with self._lock:
+            self._partitioned = True
+
+    def heal(self) -> None:
+        """End the partition: connections go through again."""
+        with self._lock:
+            self._partitioned = False
+
     def serve(self) -> None:
         """The proxy's loop (its thread's target), until :meth:`stop`."""
         self.listener.setblocking(False)
@@ -109,8 +122,12 @@ class CutProxy:
                     pair, from_client = key.data
                     self._relay(pair, from_client)
             now = time.monotonic()
+            with self._lock:
+                partitioned = self._partitioned
             for pair in list(self._pairs):
-                if pair.cut_at_reply is not None and now > pair.cut_at_reply + REPLY_WAIT:
+                if partitioned or (
+                    pair.cut_at_reply is not None and now > pair.cut_at_reply + REPLY_WAIT
+                ):
                     self._close(pair)
         for pair in list(self._pairs):
             self._close(pair)
@@ -122,6 +139,11 @@ class CutProxy:
 
     def _accept(self) -> None:
         client, _ = self.listener.accept()
+        with self._lock:
+            partitioned = self._partitioned
+        if partitioned:  # nothing gets through
+            client.close()
+            return
         if isinstance(self.upstream, str):
             server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         else:

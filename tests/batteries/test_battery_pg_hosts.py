@@ -25,6 +25,7 @@ import pytest
 import trio
 from battery_support import child_env, python_child
 from helpers import text
+from pg_proxy import open_cut_proxy
 
 from stores import PostgresStore
 
@@ -183,6 +184,55 @@ async def test_killed_owner_taken_over_at_once_and_tail_sees_every_event_once(
     for parts in batches.values():
         seq0, _, of = parts[0]
         assert [(s, k) for s, k, _ in parts] == [(seq0 + k, k) for k in range(of)]
+    tags = [e.data["tag"] for e in events[:-1]]
+    assert tags == ["first"] * took["head"] + ["second"] * 60
+
+
+async def test_partitioned_owner_is_taken_over_and_fenced_when_it_returns(
+    tmp_path: Path, pg_schema: tuple[str, str]
+) -> None:
+    """A live host cut off from the server by a network partition (every connection
+    through a proxy cut, new ones refused) is taken over by a waiting host within a
+    second: the server freed its advisory lock. When the partition heals, the first
+    host's writes are refused, never stored after the new owner's; every event it had
+    acknowledged stands, and the log is its prefix then the new owner's events."""
+    from pgtest import url_of
+
+    dsn, schema = pg_schema
+    url = url_of(dsn, schema)
+    with open_cut_proxy(dsn) as proxy:
+        cut = url_of(proxy.dsn(dsn), schema)
+        first_args = ("--seed", "7", "--lease-ttl", str(TTL))
+        async with host(tmp_path, "write", cut, "first", *first_args) as first:
+            owned = await first.message()
+            assert owned["owner"] == "first"
+            second_args = ("--count", "60", "--end", "--lease-ttl", str(TTL))
+            async with host(tmp_path, "write", url, "second", *second_args) as second:
+                assert (await second.message()) == {"waiting": True}  # it contends
+                acks: list[int] = []
+                while not acks or acks[-1] < 80:
+                    acks.append((await first.message())["ack"])
+                proxy.partition()
+                parted = time.time()
+                took = await second.message(within=30)
+                assert took["owner"] == "second"
+                assert took["at"] - parted < TAKEOVER_LIMIT, took["at"] - parted
+                proxy.heal()  # the first host is still alive, and retrying
+                done = (await second.until("done", within=60))[-1]["done"]
+                with trio.fail_after(60):
+                    while True:  # every acknowledgement the first host printed
+                        try:
+                            acks.append((await first.message())["ack"])
+                        except AssertionError:  # it ended
+                            break
+                    await first.proc.wait()
+    assert first.proc.returncode != 0  # its writes after the takeover were refused
+    assert "OwnershipLostError" in first.err.read_text() or "UnwrittenError" in (
+        first.err.read_text()
+    )
+    events = stored(url, "s")
+    assert [e.seq for e in events] == list(range(1, done + 1))
+    assert max(acks) <= took["head"]  # every acknowledged event of the first host stands
     tags = [e.data["tag"] for e in events[:-1]]
     assert tags == ["first"] * took["head"] + ["second"] * 60
 
