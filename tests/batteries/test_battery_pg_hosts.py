@@ -5,7 +5,9 @@ whose leases name a host of its own (so no peer can look at its pid): contention
 session, an owner SIGKILLed in the middle of its writes and taken over at once by another
 host (the lease's ttl is 30 s: only the server's advisory lock can tell it died), a tail in
 a third process that sees every event exactly once (woken by NOTIFY alone: it never
-polls), and four hosts appending to disjoint sessions with no error reaching a caller.
+polls), a live owner cut off by a network partition (``pg_proxy.py``) taken over the same
+way and fenced by its lease when it returns, and four hosts appending to disjoint
+sessions with no error reaching a caller.
 """
 
 from __future__ import annotations
