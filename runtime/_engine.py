@@ -234,6 +234,7 @@ def barrier_failed(error: StoreError, what: str, state: str) -> StoreError:
     the same class (callers' handlers still match), saying what failed and ``state``
     (what stands and what to do). The store's own message speaks to a direct caller of
     the write (on PostgreSQL: resend it with ``retry=True``), advice a runtime user must
-    not follow: the runtime keeps accepted writes and retries them itself. Raise it
-    ``from error``."""
+    not follow: the runtime keeps accepted writes and retries them itself. Chain
+    ``error`` as its ``__cause__`` (``raise ... from error``, or set it where it is
+    raised later, as the close does)."""
     return type(error)(f"{what}: the durability barrier failed ({error}); {state}")
