@@ -10,12 +10,12 @@ readers), so readers never queue behind the writer.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Literal, Protocol, TypeAlias, runtime_checkable
+from typing import TYPE_CHECKING, Any, Literal, Protocol, TypeAlias, runtime_checkable
 
 import attrs
 
 from ._errors import TidelogError
-from ._fastinit import slot_setters
+from ._fastinit import draft_class, refuse_subclass
 from ._records import (
     JSON,
     LeaseInfo,
@@ -96,7 +96,7 @@ class WalUpkeep(Protocol):
         ...
 
 
-@attrs.frozen(init=False)
+@attrs.frozen(init=False, weakref_slot=False)
 class AppendOp:
     """One append inside a batch given to :meth:`Store.write_batch`.
 
@@ -112,6 +112,8 @@ class AppendOp:
     have landed anyway: if the events stored after ``expected_head`` are exactly a prefix
     of ``events`` (kind, data, run_id), only the rest is written instead of raising
     :class:`~stores._errors.ConflictError` -- each event lands exactly once.
+
+    A final class: it cannot be subclassed.
     """
 
     session_id: str
@@ -121,32 +123,58 @@ class AppendOp:
     header_json: str = "{}"
     retry: bool = False
 
-    def __init__(
-        self,
+    def __new__(
+        cls,
         session_id: str,
         events: tuple[PreparedEvent, ...],
         expected_head: int | None = None,
         owner: str | None = None,
         header_json: str = "{}",
         retry: bool = False,
-    ) -> None:
-        # attrs' own frozen __init__, for less (:mod:`stores._fastinit`): one per batch op
-        _set_session_id(self, session_id)
-        _set_events(self, events)
-        _set_expected_head(self, expected_head)
-        _set_owner(self, owner)
-        _set_header_json(self, header_json)
-        _set_retry(self, retry)
+    ) -> AppendOp:
+        # attrs' frozen __init__'s work on a draft (:mod:`stores._fastinit`), for less:
+        # one per batch op
+        op = _new(_AppendOpDraft)
+        op.session_id = session_id
+        op.events = events
+        op.expected_head = expected_head
+        op.owner = owner
+        op.header_json = header_json
+        op.retry = retry
+        op.__class__ = cls
+        made: AppendOp = op
+        return made
+
+    def __getnewargs__(
+        self,
+    ) -> tuple[str, tuple[PreparedEvent, ...], int | None, str | None, str, bool]:
+        return (
+            self.session_id,
+            self.events,
+            self.expected_head,
+            self.owner,
+            self.header_json,
+            self.retry,
+        )
+
+    if TYPE_CHECKING:  # what type checkers (and attrs.evolve's check) read: the
+        # signature of __new__, as attrs' __init__ would have it
+        def __init__(
+            self,
+            session_id: str,
+            events: tuple[PreparedEvent, ...],
+            expected_head: int | None = None,
+            owner: str | None = None,
+            header_json: str = "{}",
+            retry: bool = False,
+        ) -> None: ...
+
+    def __init_subclass__(cls) -> None:
+        refuse_subclass(cls)
 
 
-(
-    _set_session_id,
-    _set_events,
-    _set_expected_head,
-    _set_owner,
-    _set_header_json,
-    _set_retry,
-) = slot_setters(AppendOp)
+_new: Any = object.__new__
+_AppendOpDraft = draft_class(AppendOp)
 
 
 @attrs.frozen

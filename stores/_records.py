@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Any, NoReturn, TypeAlias
+from typing import TYPE_CHECKING, Any, NoReturn, TypeAlias
 
 import attrs
 
@@ -27,7 +27,7 @@ from ._errors import (
     InvalidSessionIdError,
     StoreCorruptError,
 )
-from ._fastinit import slot_setters
+from ._fastinit import draft_class, refuse_subclass
 
 __all__ = [
     "INFO_COLUMNS",
@@ -76,30 +76,46 @@ MAX_BATCH_BYTES = 64 * 1024 * 1024
 _CONTROL = re.compile("[\x00-\x1f\x7f-\x9f]")
 
 
-@attrs.frozen(init=False)
+@attrs.frozen(init=False, weakref_slot=False)
 class NewEvent:
-    """An event to append: a ``kind`` tag, JSON ``data`` and an optional ``run_id``."""
+    """An event to append: a ``kind`` tag, JSON ``data`` and an optional ``run_id``.
+    A final class: it cannot be subclassed."""
 
     kind: str
     data: JSON = None
     run_id: str | None = attrs.field(default=None, kw_only=True)
 
-    def __init__(self, kind: str, data: JSON = None, *, run_id: str | None = None) -> None:
-        # attrs' own frozen __init__, which sets each field with object.__setattr__ by
-        # name; the slots' descriptors (:mod:`stores._fastinit`) do it for less, and every
-        # event a program appends is made here.
-        _set_kind(self, kind)
-        _set_data(self, data)
-        _set_run_id(self, run_id)
+    def __new__(cls, kind: str, data: JSON = None, *, run_id: str | None = None) -> NewEvent:
+        # attrs' frozen __init__'s work on a draft (:mod:`stores._fastinit`), for less:
+        # every event a program appends is made here
+        event = _new(_NewEventDraft)
+        event.kind = kind
+        event.data = data
+        event.run_id = run_id
+        event.__class__ = cls
+        made: NewEvent = event
+        return made
+
+    def __getnewargs__(self) -> tuple[str, JSON]:
+        return self.kind, self.data  # (run_id: pickle's state sets it)
+
+    if TYPE_CHECKING:  # what type checkers (and attrs.evolve's check) read: the
+        # signature of __new__, as attrs' __init__ would have it
+        def __init__(self, kind: str, data: JSON = None, *, run_id: str | None = None) -> None: ...
+
+    def __init_subclass__(cls) -> None:
+        refuse_subclass(cls)
 
 
-_set_kind, _set_data, _set_run_id = slot_setters(NewEvent)
+_new: Any = object.__new__
+_NewEventDraft = draft_class(NewEvent)
 
 
-@attrs.frozen(init=False)
+@attrs.frozen(init=False, weakref_slot=False)
 class StoredEvent:
     """An event as stored: ``seq`` is 1-based and gapless per session; ``ts`` is the commit
-    time in float seconds since the epoch, shared by all events of one append."""
+    time in float seconds since the epoch, shared by all events of one append. A final
+    class: it cannot be subclassed."""
 
     session_id: str
     seq: int
@@ -108,26 +124,41 @@ class StoredEvent:
     data: JSON
     run_id: str | None = None
 
-    def __init__(
-        self, session_id: str, seq: int, ts: float, kind: str, data: JSON, run_id: str | None = None
-    ) -> None:
+    def __new__(
+        cls, session_id: str, seq: int, ts: float, kind: str, data: JSON, run_id: str | None = None
+    ) -> StoredEvent:
         # as NewEvent's (one per event of every read: a cold load makes thousands)
-        _set_session_id(self, session_id)
-        _set_seq(self, seq)
-        _set_ts(self, ts)
-        _set_stored_kind(self, kind)
-        _set_stored_data(self, data)
-        _set_stored_run_id(self, run_id)
+        event = _new(_StoredEventDraft)
+        event.session_id = session_id
+        event.seq = seq
+        event.ts = ts
+        event.kind = kind
+        event.data = data
+        event.run_id = run_id
+        event.__class__ = cls
+        made: StoredEvent = event
+        return made
+
+    def __getnewargs__(self) -> tuple[str, int, float, str, JSON, str | None]:
+        return self.session_id, self.seq, self.ts, self.kind, self.data, self.run_id
+
+    if TYPE_CHECKING:  # what type checkers (and attrs.evolve's check) read: the
+        # signature of __new__, as attrs' __init__ would have it
+        def __init__(
+            self,
+            session_id: str,
+            seq: int,
+            ts: float,
+            kind: str,
+            data: JSON,
+            run_id: str | None = None,
+        ) -> None: ...
+
+    def __init_subclass__(cls) -> None:
+        refuse_subclass(cls)
 
 
-(
-    _set_session_id,
-    _set_seq,
-    _set_ts,
-    _set_stored_kind,
-    _set_stored_data,
-    _set_stored_run_id,
-) = slot_setters(StoredEvent)
+_StoredEventDraft = draft_class(StoredEvent)
 
 
 @attrs.frozen
@@ -156,26 +187,41 @@ class LeaseInfo:
     expires: float
 
 
-@attrs.frozen(init=False)
+@attrs.frozen(init=False, weakref_slot=False)
 class PreparedEvent:
     """A validated event with its data already encoded as canonical JSON text.
 
     Produced by :func:`prepare_events`; the batched write path takes these so validation
-    and encoding happen once, before any transaction starts.
+    and encoding happen once, before any transaction starts. A final class: it cannot be
+    subclassed.
     """
 
     kind: str
     data_json: str
     run_id: str | None = None
 
-    def __init__(self, kind: str, data_json: str, run_id: str | None = None) -> None:
-        # as NewEvent's (one per event, made by prepare_events)
-        _set_prepared_kind(self, kind)
-        _set_data_json(self, data_json)
-        _set_prepared_run_id(self, run_id)
+    def __new__(cls, kind: str, data_json: str, run_id: str | None = None) -> PreparedEvent:
+        # as NewEvent's (prepare_events makes one per event the same way, inline)
+        event = _new(_PreparedEventDraft)
+        event.kind = kind
+        event.data_json = data_json
+        event.run_id = run_id
+        event.__class__ = cls
+        made: PreparedEvent = event
+        return made
+
+    def __getnewargs__(self) -> tuple[str, str, str | None]:
+        return self.kind, self.data_json, self.run_id
+
+    if TYPE_CHECKING:  # what type checkers (and attrs.evolve's check) read: the
+        # signature of __new__, as attrs' __init__ would have it
+        def __init__(self, kind: str, data_json: str, run_id: str | None = None) -> None: ...
+
+    def __init_subclass__(cls) -> None:
+        refuse_subclass(cls)
 
 
-_set_prepared_kind, _set_data_json, _set_prepared_run_id = slot_setters(PreparedEvent)
+_PreparedEventDraft = draft_class(PreparedEvent)
 
 
 def _check_text(value: object, what: str, index: int | None, kind: object) -> str:
@@ -272,8 +318,7 @@ def prepare_events(events: Iterable[NewEvent]) -> list[PreparedEvent]:
     prepared: list[PreparedEvent] = []
     known, exact = _KNOWN_TEXT, _codec.plain
     most, total, batch_most = MAX_EVENT_BYTES, 0, MAX_BATCH_BYTES
-    new, ready_type = object.__new__, PreparedEvent
-    set_kind, set_text, set_run_id = _set_prepared_kind, _set_data_json, _set_prepared_run_id
+    new, draft, ready_type = _new, _PreparedEventDraft, PreparedEvent
     for index, event in enumerate(events):
         if type(event) is not NewEvent and not isinstance(event, NewEvent):
             raise InvalidEventError(index, None, f"expected a NewEvent, not {type(event).__name__}")
@@ -296,11 +341,12 @@ def prepare_events(events: Iterable[NewEvent]) -> list[PreparedEvent]:
         total += size
         if size > most or total > batch_most:
             _refuse_size(index, kind, size, total)
-        # PreparedEvent(kind, text, run_id), its __init__ inline (one frame fewer per event)
-        ready = new(ready_type)
-        set_kind(ready, kind)
-        set_text(ready, text)
-        set_run_id(ready, run_id)
+        # PreparedEvent(kind, text, run_id), its __new__ inline (one frame fewer per event)
+        ready = new(draft)
+        ready.kind = kind
+        ready.data_json = text
+        ready.run_id = run_id
+        ready.__class__ = ready_type
         prepared.append(ready)
     return prepared
 

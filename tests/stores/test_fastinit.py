@@ -1,9 +1,11 @@
-"""The hand-written ``__init__`` of the per-event values (:mod:`stores._fastinit`)
-makes the very values attrs' generated one makes, and :func:`slot_setters` refuses
-classes whose ``__init__`` must do more."""
+"""The per-event values made from drafts (:mod:`stores._fastinit`) are the very values
+attrs' generated ``__init__`` makes, copied and pickled alike; :func:`draft_class` refuses
+classes whose construction must do more, or whose layout CPython will not swap."""
 
 from __future__ import annotations
 
+import copy
+import pickle
 from typing import Any
 
 import attrs
@@ -12,7 +14,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from stores import AppendOp, NewEvent, PreparedEvent, StoredEvent
-from stores._fastinit import slot_setters
+from stores._fastinit import draft_class
 
 
 def _generated(cls: type) -> type:
@@ -105,20 +107,72 @@ def test_a_stored_event_takes_its_arguments_as_attrs_would(
         made.seq = 0  # type: ignore[misc]
 
 
+_VALUES = [
+    NewEvent("k", {"a": [1, 2.5, None]}, run_id="r"),
+    NewEvent("k"),
+    PreparedEvent("k", '{"a":1}', "r"),
+    AppendOp("s", (PreparedEvent("k", "{}"),), 3, "o", '{"a":1}', True),
+    StoredEvent("s", 4, 1.5, "k", [1, "x"], None),
+]
+
+
+@pytest.mark.parametrize("value", _VALUES, ids=lambda v: type(v).__name__)
+def test_a_value_is_copied_and_pickled_as_itself(value: Any) -> None:
+    """``copy``, ``deepcopy`` and every pickle protocol give back an equal value of the
+    same class (they rebuild it through ``__new__`` with ``__getnewargs__``)."""
+    copies = [copy.copy(value), copy.deepcopy(value)]
+    copies += [
+        pickle.loads(pickle.dumps(value, protocol))
+        for protocol in range(pickle.HIGHEST_PROTOCOL + 1)
+    ]
+    for made in copies:
+        assert type(made) is type(value)
+        assert made == value
+        assert attrs.astuple(made, recurse=False) == attrs.astuple(value, recurse=False)
+
+
+@pytest.mark.parametrize("cls", [NewEvent, PreparedEvent, AppendOp, StoredEvent])
+def test_a_value_class_cannot_be_subclassed(cls: type) -> None:
+    """A subclass's instances could not be made from the draft: ``TypeError`` at its
+    definition, naming the class."""
+    with pytest.raises(TypeError, match=f"{cls.__name__} is a final value class"):
+        type("Sub", (cls,), {"__slots__": ()})
+
+
 @attrs.frozen(init=False)
 class _Validated:
     n: int = attrs.field(validator=attrs.validators.instance_of(int))
 
-    def __init__(self, n: int) -> None: ...
+    def __new__(cls) -> _Validated:
+        return object.__new__(cls)
 
 
 @attrs.frozen(init=False)
 class _PostInit:
     n: int
 
-    def __init__(self, n: int) -> None: ...
+    def __new__(cls) -> _PostInit:
+        return object.__new__(cls)
 
     def __attrs_post_init__(self) -> None: ...
+
+
+@attrs.frozen(init=False)
+class _WithInit:
+    n: int
+
+    def __new__(cls) -> _WithInit:
+        return object.__new__(cls)
+
+    def __init__(self, n: int) -> None: ...
+
+
+@attrs.frozen(init=False)
+class _WithWeakref:  # attrs' default weakref slot: a layout the draft does not share
+    n: int
+
+    def __new__(cls) -> _WithWeakref:
+        return object.__new__(cls)
 
 
 @attrs.frozen
@@ -126,8 +180,9 @@ class _Generated:
     n: int
 
 
-@pytest.mark.parametrize("cls", [_Validated, _PostInit, _Generated, int])
-def test_a_class_whose_init_must_do_more_is_refused(cls: type) -> None:
-    """Validators, a hook, attrs' own ``__init__``, not attrs: ``TypeError`` at once."""
+@pytest.mark.parametrize("cls", [_Validated, _PostInit, _WithInit, _WithWeakref, _Generated, int])
+def test_a_class_that_cannot_be_made_from_a_draft_is_refused(cls: type) -> None:
+    """Validators, a hook, an ``__init__``, a weakref slot, attrs' own ``__init__``, not
+    attrs: ``TypeError`` at once."""
     with pytest.raises(TypeError):
-        slot_setters(cls)
+        draft_class(cls)
