@@ -10,7 +10,7 @@ readers), so readers never queue behind the writer.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any, Literal, Protocol, TypeAlias, runtime_checkable
+from typing import TYPE_CHECKING, Any, Literal, Protocol, TypeAlias, final, runtime_checkable
 
 import attrs
 
@@ -96,6 +96,7 @@ class WalUpkeep(Protocol):
         ...
 
 
+@final  # (made from a draft: see __new__)
 @attrs.frozen(init=False, weakref_slot=False)
 class AppendOp:
     """One append inside a batch given to :meth:`Store.write_batch`.

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any, NoReturn, TypeAlias
+from typing import TYPE_CHECKING, Any, NoReturn, TypeAlias, final
 
 import attrs
 
@@ -76,6 +76,7 @@ MAX_BATCH_BYTES = 64 * 1024 * 1024
 _CONTROL = re.compile("[\x00-\x1f\x7f-\x9f]")
 
 
+@final  # (made from a draft: see __new__)
 @attrs.frozen(init=False, weakref_slot=False)
 class NewEvent:
     """An event to append: a ``kind`` tag, JSON ``data`` and an optional ``run_id``.
@@ -111,6 +112,7 @@ _new: Any = object.__new__
 _NewEventDraft = draft_class(NewEvent)
 
 
+@final  # (made from a draft: see __new__)
 @attrs.frozen(init=False, weakref_slot=False)
 class StoredEvent:
     """An event as stored: ``seq`` is 1-based and gapless per session; ``ts`` is the commit
@@ -187,6 +189,7 @@ class LeaseInfo:
     expires: float
 
 
+@final  # (made from a draft: see __new__)
 @attrs.frozen(init=False, weakref_slot=False)
 class PreparedEvent:
     """A validated event with its data already encoded as canonical JSON text.
