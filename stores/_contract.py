@@ -10,12 +10,12 @@ readers), so readers never queue behind the writer.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any, Literal, Protocol, TypeAlias, final, runtime_checkable
+from typing import Literal, Protocol, TypeAlias, final, runtime_checkable
 
 import attrs
 
 from ._errors import TidelogError
-from ._fastinit import draft_class, refuse_subclass
+from ._fastinit import drafted
 from ._records import (
     JSON,
     LeaseInfo,
@@ -96,8 +96,9 @@ class WalUpkeep(Protocol):
         ...
 
 
-@final  # (made from a draft: see __new__)
-@attrs.frozen(init=False, weakref_slot=False)
+@final  # (see drafted)
+@drafted
+@attrs.frozen(weakref_slot=False)
 class AppendOp:
     """One append inside a batch given to :meth:`Store.write_batch`.
 
@@ -123,59 +124,6 @@ class AppendOp:
     owner: str | None = None
     header_json: str = "{}"
     retry: bool = False
-
-    def __new__(
-        cls,
-        session_id: str,
-        events: tuple[PreparedEvent, ...],
-        expected_head: int | None = None,
-        owner: str | None = None,
-        header_json: str = "{}",
-        retry: bool = False,
-    ) -> AppendOp:
-        # attrs' frozen __init__'s work on a draft (:mod:`stores._fastinit`), for less:
-        # one per batch op
-        op = _new(_AppendOpDraft)
-        op.session_id = session_id
-        op.events = events
-        op.expected_head = expected_head
-        op.owner = owner
-        op.header_json = header_json
-        op.retry = retry
-        op.__class__ = cls
-        made: AppendOp = op
-        return made
-
-    def __getnewargs__(
-        self,
-    ) -> tuple[str, tuple[PreparedEvent, ...], int | None, str | None, str, bool]:
-        return (
-            self.session_id,
-            self.events,
-            self.expected_head,
-            self.owner,
-            self.header_json,
-            self.retry,
-        )
-
-    if TYPE_CHECKING:  # what type checkers (and attrs.evolve's check) read: the
-        # signature of __new__, as attrs' __init__ would have it
-        def __init__(
-            self,
-            session_id: str,
-            events: tuple[PreparedEvent, ...],
-            expected_head: int | None = None,
-            owner: str | None = None,
-            header_json: str = "{}",
-            retry: bool = False,
-        ) -> None: ...
-
-    def __init_subclass__(cls) -> None:
-        refuse_subclass(cls)
-
-
-_new: Any = object.__new__
-_AppendOpDraft = draft_class(AppendOp)
 
 
 @attrs.frozen

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any, NoReturn, TypeAlias, final
+from typing import Any, NoReturn, TypeAlias, final
 
 import attrs
 
@@ -27,7 +27,7 @@ from ._errors import (
     InvalidSessionIdError,
     StoreCorruptError,
 )
-from ._fastinit import draft_class, refuse_subclass
+from ._fastinit import draft_of, drafted
 
 __all__ = [
     "INFO_COLUMNS",
@@ -76,8 +76,9 @@ MAX_BATCH_BYTES = 64 * 1024 * 1024
 _CONTROL = re.compile("[\x00-\x1f\x7f-\x9f]")
 
 
-@final  # (made from a draft: see __new__)
-@attrs.frozen(init=False, weakref_slot=False)
+@final  # (see drafted)
+@drafted
+@attrs.frozen(weakref_slot=False)
 class NewEvent:
     """An event to append: a ``kind`` tag, JSON ``data`` and an optional ``run_id``.
     A final class: it cannot be subclassed."""
@@ -86,34 +87,10 @@ class NewEvent:
     data: JSON = None
     run_id: str | None = attrs.field(default=None, kw_only=True)
 
-    def __new__(cls, kind: str, data: JSON = None, *, run_id: str | None = None) -> NewEvent:
-        # attrs' frozen __init__'s work on a draft (:mod:`stores._fastinit`), for less:
-        # every event a program appends is made here
-        event = _new(_NewEventDraft)
-        event.kind = kind
-        event.data = data
-        event.run_id = run_id
-        event.__class__ = cls
-        made: NewEvent = event
-        return made
 
-    def __getnewargs__(self) -> tuple[str, JSON]:
-        return self.kind, self.data  # (run_id: pickle's state sets it)
-
-    if TYPE_CHECKING:  # what type checkers (and attrs.evolve's check) read: the
-        # signature of __new__, as attrs' __init__ would have it
-        def __init__(self, kind: str, data: JSON = None, *, run_id: str | None = None) -> None: ...
-
-    def __init_subclass__(cls) -> None:
-        refuse_subclass(cls)
-
-
-_new: Any = object.__new__
-_NewEventDraft = draft_class(NewEvent)
-
-
-@final  # (made from a draft: see __new__)
-@attrs.frozen(init=False, weakref_slot=False)
+@final  # (see drafted)
+@drafted
+@attrs.frozen(weakref_slot=False)
 class StoredEvent:
     """An event as stored: ``seq`` is 1-based and gapless per session; ``ts`` is the commit
     time in float seconds since the epoch, shared by all events of one append. A final
@@ -125,42 +102,6 @@ class StoredEvent:
     kind: str
     data: JSON
     run_id: str | None = None
-
-    def __new__(
-        cls, session_id: str, seq: int, ts: float, kind: str, data: JSON, run_id: str | None = None
-    ) -> StoredEvent:
-        # as NewEvent's (one per event of every read: a cold load makes thousands)
-        event = _new(_StoredEventDraft)
-        event.session_id = session_id
-        event.seq = seq
-        event.ts = ts
-        event.kind = kind
-        event.data = data
-        event.run_id = run_id
-        event.__class__ = cls
-        made: StoredEvent = event
-        return made
-
-    def __getnewargs__(self) -> tuple[str, int, float, str, JSON, str | None]:
-        return self.session_id, self.seq, self.ts, self.kind, self.data, self.run_id
-
-    if TYPE_CHECKING:  # what type checkers (and attrs.evolve's check) read: the
-        # signature of __new__, as attrs' __init__ would have it
-        def __init__(
-            self,
-            session_id: str,
-            seq: int,
-            ts: float,
-            kind: str,
-            data: JSON,
-            run_id: str | None = None,
-        ) -> None: ...
-
-    def __init_subclass__(cls) -> None:
-        refuse_subclass(cls)
-
-
-_StoredEventDraft = draft_class(StoredEvent)
 
 
 @attrs.frozen
@@ -189,8 +130,9 @@ class LeaseInfo:
     expires: float
 
 
-@final  # (made from a draft: see __new__)
-@attrs.frozen(init=False, weakref_slot=False)
+@final  # (see drafted)
+@drafted
+@attrs.frozen(weakref_slot=False)
 class PreparedEvent:
     """A validated event with its data already encoded as canonical JSON text.
 
@@ -203,28 +145,9 @@ class PreparedEvent:
     data_json: str
     run_id: str | None = None
 
-    def __new__(cls, kind: str, data_json: str, run_id: str | None = None) -> PreparedEvent:
-        # as NewEvent's (prepare_events makes one per event the same way, inline)
-        event = _new(_PreparedEventDraft)
-        event.kind = kind
-        event.data_json = data_json
-        event.run_id = run_id
-        event.__class__ = cls
-        made: PreparedEvent = event
-        return made
 
-    def __getnewargs__(self) -> tuple[str, str, str | None]:
-        return self.kind, self.data_json, self.run_id
-
-    if TYPE_CHECKING:  # what type checkers (and attrs.evolve's check) read: the
-        # signature of __new__, as attrs' __init__ would have it
-        def __init__(self, kind: str, data_json: str, run_id: str | None = None) -> None: ...
-
-    def __init_subclass__(cls) -> None:
-        refuse_subclass(cls)
-
-
-_PreparedEventDraft = draft_class(PreparedEvent)
+#: What prepare_events makes each PreparedEvent from, inline (as its __new__ would).
+_PREPARED_DRAFT = draft_of(PreparedEvent)
 
 
 def _check_text(value: object, what: str, index: int | None, kind: object) -> str:
@@ -321,7 +244,7 @@ def prepare_events(events: Iterable[NewEvent]) -> list[PreparedEvent]:
     prepared: list[PreparedEvent] = []
     known, exact = _KNOWN_TEXT, _codec.plain
     most, total, batch_most = MAX_EVENT_BYTES, 0, MAX_BATCH_BYTES
-    new, draft, ready_type = _new, _PreparedEventDraft, PreparedEvent
+    new, draft, ready_type = object.__new__, _PREPARED_DRAFT, PreparedEvent
     for index, event in enumerate(events):
         if type(event) is not NewEvent and not isinstance(event, NewEvent):
             raise InvalidEventError(index, None, f"expected a NewEvent, not {type(event).__name__}")
@@ -345,7 +268,7 @@ def prepare_events(events: Iterable[NewEvent]) -> list[PreparedEvent]:
         if size > most or total > batch_most:
             _refuse_size(index, kind, size, total)
         # PreparedEvent(kind, text, run_id), its __new__ inline (one frame fewer per event)
-        ready = new(draft)
+        ready: Any = new(draft)
         ready.kind = kind
         ready.data_json = text
         ready.run_id = run_id

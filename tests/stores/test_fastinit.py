@@ -1,12 +1,12 @@
 """The per-event values made from drafts (:mod:`stores._fastinit`) are the very values
-attrs' generated ``__init__`` makes, copied and pickled alike; :func:`draft_class` refuses
+attrs' generated ``__init__`` makes, copied and pickled alike; :func:`drafted` refuses
 classes whose construction must do more, or whose layout CPython will not swap."""
 
 from __future__ import annotations
 
 import copy
 import pickle
-from typing import Any
+from typing import Any, final
 
 import attrs
 import pytest
@@ -14,7 +14,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from stores import AppendOp, NewEvent, PreparedEvent, StoredEvent
-from stores._fastinit import draft_class
+from stores._fastinit import drafted
 
 
 def _generated(cls: type) -> type:
@@ -139,50 +139,70 @@ def test_a_value_class_cannot_be_subclassed(cls: type) -> None:
         type("Sub", (cls,), {"__slots__": ()})
 
 
-@attrs.frozen(init=False)
+@final
+@drafted
+@attrs.frozen(weakref_slot=False)
+class _Mixed:
+    a: int = attrs.field(default=0, kw_only=True)  # keyword-only, declared first
+    b: str
+    c: tuple[int, ...] = ()
+
+
+def test_a_drafted_class_takes_attrs_signature_whatever_the_field_order() -> None:
+    """Keyword-only fields declared before positional ones stay keyword-only, as in
+    attrs' ``__init__``; the defaults apply."""
+    reference = _generated(_Mixed)
+    for made, expected in [
+        (_Mixed("x"), reference("x")),
+        (_Mixed("x", (1,), a=2), reference("x", (1,), a=2)),
+        (_Mixed(b="x", c=(3,)), reference(b="x", c=(3,))),
+    ]:
+        assert attrs.astuple(made, recurse=False) == attrs.astuple(expected, recurse=False)
+    with pytest.raises(TypeError):
+        _Mixed("x", (1,), 2)  # type: ignore[call-arg]  # a is keyword-only
+
+
+@attrs.frozen(weakref_slot=False)
 class _Validated:
     n: int = attrs.field(validator=attrs.validators.instance_of(int))
 
-    def __new__(cls) -> _Validated:
-        return object.__new__(cls)
 
-
-@attrs.frozen(init=False)
+@attrs.frozen(weakref_slot=False)
 class _PostInit:
     n: int
-
-    def __new__(cls) -> _PostInit:
-        return object.__new__(cls)
 
     def __attrs_post_init__(self) -> None: ...
 
 
-@attrs.frozen(init=False)
-class _WithInit:
-    n: int
+@attrs.frozen(weakref_slot=False)
+class _Factory:
+    n: list[int] = attrs.field(factory=list)
 
-    def __new__(cls) -> _WithInit:
-        return object.__new__(cls)
+
+@attrs.frozen(init=False, weakref_slot=False)
+class _OwnInit:
+    n: int
 
     def __init__(self, n: int) -> None: ...
 
 
-@attrs.frozen(init=False)
+@attrs.frozen
 class _WithWeakref:  # attrs' default weakref slot: a layout the draft does not share
     n: int
 
-    def __new__(cls) -> _WithWeakref:
-        return object.__new__(cls)
 
-
-@attrs.frozen
-class _Generated:
+@attrs.frozen(slots=False)
+class _NotSlotted:
     n: int
 
 
-@pytest.mark.parametrize("cls", [_Validated, _PostInit, _WithInit, _WithWeakref, _Generated, int])
+@pytest.mark.parametrize(
+    "cls", [_Validated, _PostInit, _Factory, _OwnInit, _WithWeakref, _NotSlotted, int]
+)
 def test_a_class_that_cannot_be_made_from_a_draft_is_refused(cls: type) -> None:
-    """Validators, a hook, an ``__init__``, a weakref slot, attrs' own ``__init__``, not
-    attrs: ``TypeError`` at once."""
+    """Validators, a hook, a factory, an ``__init__`` of its own, a weakref slot, no
+    slots, not attrs: ``TypeError`` at once, and the class is left as it was."""
+    init = cls.__dict__.get("__init__")
     with pytest.raises(TypeError):
-        draft_class(cls)
+        drafted(cls)
+    assert cls.__dict__.get("__init__") is init
