@@ -32,7 +32,7 @@ from .._errors import (
     StoreIOError,
     UnsupportedFormatError,
 )
-from .._records import SessionInfo, StoredEvent, validate_session_id
+from .._records import SessionInfo, StoredEvent, stored_events, validate_session_id
 from ._files import IO, Shared
 from ._format import file_stem, stem_id
 from ._group import before_group, uncommitted
@@ -164,10 +164,7 @@ class Reader:
             if b <= a:
                 continue
             source = view if name is None else self._base(name, b)
-            events.extend(
-                StoredEvent(session_id, seq, ts, kind, data, run_id)
-                for seq, ts, kind, data, run_id in source.read_rows(session_id, a, b)
-            )
+            events += stored_events(session_id, source.read_rows(session_id, a, b))
         return events
 
     def _info(self, session_id: str, view: FileIndex) -> SessionInfo:

@@ -15,7 +15,7 @@ import apsw
 from .._checks import prefix_end
 from .._contract import Pin
 from .._errors import SnapshotExpiredError, StoreCorruptError
-from .._records import INFO_COLUMNS, StoredEvent, decode_json, events_from_rows
+from .._records import INFO_COLUMNS, StoredEvent, decode_json, events_from_rows, stored_events
 from ._connection import one
 from ._lineage import pieces, read_rows
 
@@ -101,10 +101,7 @@ def packed_events(
         return None  # a text that is not strict JSON
     try:
         rows = cast(list[list[Any]], decode_json(packed))
-        return [
-            StoredEvent(session_id, seq, ts, kind, data, run_id)
-            for seq, ts, kind, data, run_id in rows
-        ]
+        return stored_events(session_id, rows)
     except (ValueError, TypeError, RecursionError) as exc:
         raise StoreCorruptError(
             f"session {session_id!r}: stored events could not be read back ({exc})"
