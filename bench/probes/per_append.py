@@ -31,6 +31,13 @@ loop's, worker thread) and the whole of each repetition (opening the database an
 sessions, closing them); time counts W2's timed region only (all clients appending), like
 W2's rows.
 
+``--system w2pg-tidelog``, ``--system w2pg-by-hand`` and ``--system w2pg-raw`` measure
+W2pg's shape the same way at NORMAL (``synchronous_commit = off``), each repetition on a
+new schema of the bench's PostgreSQL server (:mod:`bench.references.raw_pg`): tidelog
+(``W2pg/tidelog-normal``), the by-hand loop in tidelog's schema (``W2pg/by-hand-normal``)
+and raw psycopg (``W2pg/raw-normal``). Instructions count the client only: the server is
+another process.
+
 Two ways to measure, the same program:
 
 * time: ``python -m bench.probes.per_append`` prints us per append (median of
@@ -190,10 +197,28 @@ async def raw_w2_main(path: Path, compiled: bool = False) -> Run:
         conn.close()
 
 
+def _w2pg_once(system: str) -> Run:
+    """One repetition of the ``w2pg-*`` ``system`` (W2pg at NORMAL) in its own
+    ``trio.run``, on a new PostgreSQL schema of its own."""
+    from ..references.raw_pg import pg_schema, url_of
+    from ..workloads.pg_w1_w2_w9 import by_hand_w2, raw_w2
+    from ..workloads.w2_group_commit import tidelog_main
+
+    with pg_schema() as (dsn, schema):
+        if system == "w2pg-tidelog":
+            url = url_of(dsn, schema)
+            return trio.run(tidelog_main, url, "normal", W2_SESSIONS, W2_APPENDS)
+        if system == "w2pg-by-hand":
+            return trio.run(by_hand_w2, dsn, schema, "off", W2_SESSIONS, W2_APPENDS)
+        return trio.run(raw_w2, dsn, schema, "off", W2_SESSIONS, W2_APPENDS)
+
+
 def _w2_once(system: str, path: Path) -> Run:
-    """One repetition of the ``w2-*`` ``system`` in its own ``trio.run``."""
+    """One repetition of the ``w2-*`` or ``w2pg-*`` ``system`` in its own ``trio.run``."""
     from ..workloads.w2_group_commit import by_hand_main, tidelog_main
 
+    if system.startswith("w2pg-"):
+        return _w2pg_once(system)
     if system == "w2-tidelog":
         return trio.run(tidelog_main, path, "normal", W2_SESSIONS, W2_APPENDS)
     if system == "w2-by-hand":
@@ -223,7 +248,15 @@ _LOOPS = {
     "w1b-rawfile": w1b_rawfile_loop,
 }
 #: W2's shape, per event (:func:`w2_loop`; ``n`` counts repetitions of :data:`W2_EVENTS`).
-_W2_SYSTEMS = ("w2-tidelog", "w2-by-hand", "w2-raw", "w2-raw-compiled")
+_W2_SYSTEMS = (
+    "w2-tidelog",
+    "w2-by-hand",
+    "w2-raw",
+    "w2-raw-compiled",
+    "w2pg-tidelog",
+    "w2pg-by-hand",
+    "w2pg-raw",
+)
 #: What ``python -m bench.probes.per_append`` measures unless ``--system`` says otherwise.
 _DEFAULT = ("tidelog", "floor")
 
@@ -296,7 +329,7 @@ def main(argv: list[str] | None = None) -> int:
         "are W1b on the JSONL store and its raw file reference, per event, both threads; "
         "the w2-* ones W2 at NORMAL (tidelog, the by-hand loop in tidelog's format, the raw "
         "loop on format 4's layout with the stdlib or the compiled encoder), per event, "
-        "both threads",
+        "both threads; the w2pg-* ones W2pg at NORMAL (tidelog, by hand, raw psycopg)",
     )
     parser.add_argument("--run", nargs=2, metavar=("SYSTEM", "N"), help=argparse.SUPPRESS)
     args = parser.parse_args(argv)

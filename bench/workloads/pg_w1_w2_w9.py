@@ -40,7 +40,7 @@ from . import w1_single_session, w2_group_commit, w2_multiprocess
 from .w1_single_session import Level
 from .w2_group_commit import Gate, RawGroupCommit, raw_client, shape
 
-__all__ = ["LEVELS", "by_hand_w2"]
+__all__ = ["LEVELS", "by_hand_w2", "raw_w2"]
 
 #: (tidelog's synchronous, PostgreSQL's synchronous_commit, the label)
 LEVELS: tuple[tuple[Level, PgLevel, str], ...] = (
@@ -107,7 +107,10 @@ def _w1_alternative_threaded(alt: PgAlternative) -> Callable[[CaseContext], Metr
 # -- W2pg in one process --------------------------------------------------------------------
 
 
-async def _raw_w2(dsn: str, schema: str, level: PgLevel, sessions: int, appends: int) -> Any:
+async def raw_w2(
+    dsn: str, schema: str, level: PgLevel, sessions: int, appends: int
+) -> w2_group_commit.Run:
+    """One repetition of W2's raw group-commit loop on psycopg in a new schema ``schema``."""
     conn = open_raw_pg(dsn, schema, level)
     try:
         return await w2_group_commit.raw_run(
@@ -138,7 +141,7 @@ def _w2(system: str, synchronous: Level, level: PgLevel) -> Callable[[CaseContex
         for _ in range(w2_group_commit.REPEATS):
             with pg_schema() as (dsn, schema):
                 if system == "raw":
-                    runs.append(trio.run(_raw_w2, dsn, schema, level, sessions, appends))
+                    runs.append(trio.run(raw_w2, dsn, schema, level, sessions, appends))
                 elif system == "by-hand":
                     runs.append(trio.run(by_hand_w2, dsn, schema, level, sessions, appends))
                 else:
