@@ -68,9 +68,11 @@ StoredTail = Callable[[int, int], Sequence[tuple[str, str, str | None]]]
 # -- what write_batch accepts -----------------------------------------------------------
 
 
-def check_ops(ops: object, sync: object = False) -> None:
+def check_ops(ops: object, sync: object = False) -> bool:
     """Check the arguments of ``write_batch``: a sequence of well-formed write ops, and
-    the ``sync`` flag.
+    the ``sync`` flag. Returns True if ``ops`` is not empty and every op is an
+    :class:`AppendOp` of at least one event: the batch the stores' append paths take
+    (told here, where every op is looked at anyway, so that no store looks again).
 
     Raises :class:`~stores._errors.InvalidArgumentError` (or its subclasses
     :class:`~stores._errors.InvalidSessionIdError`, :class:`~stores._errors.InvalidEventError`)
@@ -80,6 +82,7 @@ def check_ops(ops: object, sync: object = False) -> None:
     if sync is not False:
         check_flag(sync, "sync")
     known, prepared = _KNOWN_IDS, PreparedEvent
+    appends = len(ops) > 0
     for op in ops:
         # The usual op, checked inline (this runs for every op of every batch): an append
         # to a known id, no resend, no expected head or one within 64 bits.
@@ -91,14 +94,16 @@ def check_ops(ops: object, sync: object = False) -> None:
                 and (head is None or (type(head) is int and 0 <= head <= 0x7FFF_FFFF_FFFF_FFFF))
                 and op.retry is False
                 and type(events) is tuple
-                and (
-                    type(events[0]) is prepared
-                    if len(events) == 1  # one awaited append
-                    else all(type(event) is prepared for event in events)
-                )
             ):
-                continue
+                if len(events) == 1:  # one awaited append
+                    if type(events[0]) is prepared:
+                        continue
+                elif all(type(event) is prepared for event in events):
+                    appends = appends and len(events) > 0
+                    continue
         _check_member(op, in_group=False)
+        appends = appends and type(op) is AppendOp and len(op.events) > 0
+    return appends
 
 
 def _check_member(op: object, *, in_group: bool) -> None:

@@ -39,9 +39,8 @@ The caller runs these statements (prepared) and translates errors.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TypeGuard
 
-from .._contract import AppendOp, WriteOp
+from .._contract import AppendOp
 from ._connection import MAX_PAYLOAD_BYTES
 from ._packed import ints, nullable_texts, pack_ints, pack_nullable_texts, pack_texts, texts
 
@@ -50,10 +49,8 @@ __all__ = [
     "APPEND_ONE_EACH",
     "append_many_args",
     "append_one_each_args",
-    "appends_only",
     "distinct_sessions",
     "one_each",
-    "plain_appends",
 ]
 
 #: The server's clock, in float seconds since the epoch (leases and timestamps use it,
@@ -140,7 +137,8 @@ FROM (SELECT count(*) AS k, array_agg(upd.head ORDER BY upd.n) AS heads,
 
 def one_each(ops: Sequence[AppendOp]) -> bool:
     """True for a batch that :data:`APPEND_ONE_EACH` can write (see there); the caller
-    checked :func:`plain_appends`."""
+    knows every op to be an append of events (:func:`~stores._batching.check_ops`) and
+    checked :func:`distinct_sessions`."""
     owner = ops[0].owner
     return all(len(op.events) == 1 and op.expected_head and op.owner == owner for op in ops)
 
@@ -171,23 +169,11 @@ def append_one_each_args(
     }
 
 
-def appends_only(ops: Sequence[WriteOp]) -> TypeGuard[Sequence[AppendOp]]:
-    """True for a batch of appends of events (the one-statement paths; an append of no
-    events, a check only, takes the general path)."""
-    return all(type(op) is AppendOp and op.events for op in ops)
-
-
 def distinct_sessions(ops: Sequence[AppendOp]) -> bool:
     """True if no two ops name the same session (:data:`APPEND_MANY` and
     :data:`APPEND_ONE_EACH` need that; :data:`~stores.postgres._known.APPEND_KNOWN` does
     not)."""
     return len({op.session_id for op in ops}) == len(ops)
-
-
-def plain_appends(ops: Sequence[WriteOp]) -> TypeGuard[Sequence[AppendOp]]:
-    """True for a batch of appends of events to distinct sessions (the id-keyed
-    one-statement paths)."""
-    return appends_only(ops) and distinct_sessions(ops)
 
 
 def append_many_args(

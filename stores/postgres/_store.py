@@ -270,18 +270,18 @@ class PostgresStore(PgReads, PgLeases, BatchingStore):
     def write_batch(self, ops: Sequence[WriteOp], *, sync: bool = False) -> list[BatchResult]:
         """See :meth:`Store.write_batch`: appends to distinct sessions in one statement,
         anything else in one transaction with a savepoint per op."""
-        check_ops(ops, sync)
+        appends = check_ops(ops, sync)  # every op an append of events (the usual batch)
         barrier = sync and self.synchronous == "normal"
         with self._connection("write_batch", write=True) as conn:
-            writes = any(not isinstance(op, AppendOp) or op.events for op in ops)
+            writes = appends or any(not isinstance(op, AppendOp) or op.events for op in ops)
             if not writes and not (barrier and self._unsynced):
                 # Nothing to write and nothing to make durable: checks only.
                 return general.check_ops_only(conn, ops) if ops else []
             if not ops:  # a flush barrier only
                 one(conn, f"SELECT {_BARRIER}, set_config('synchronous_commit', 'on', true)")
                 results: list[BatchResult] | None = []
-            elif pgops.appends_only(ops):
-                results = self._append_many(conn, ops, barrier)
+            elif appends:
+                results = self._append_many(conn, cast("Sequence[AppendOp]", ops), barrier)
             else:
                 results = None
             if results is None:

@@ -86,9 +86,11 @@ Checkpoints = Literal["auto", "deferred"]
 CHECKPOINT_FALLBACK_PAGES = 4000
 
 
-def _plain_appends(ops: Sequence[WriteOp]) -> TypeGuard[Sequence[AppendOp]]:
-    """True for a batch of appends to distinct sessions (the group-commit fast path)."""
-    if not all(isinstance(op, AppendOp) for op in ops):
+def _plain_appends(ops: Sequence[WriteOp], appends: bool) -> TypeGuard[Sequence[AppendOp]]:
+    """True for a batch of appends to distinct sessions (the group-commit fast path);
+    ``appends``: :func:`~stores._batching.check_ops` found every op an append of events
+    (then only the sessions are looked at)."""
+    if not appends and not all(isinstance(op, AppendOp) for op in ops):
         return False
     return len({op.session_id for op in ops}) == len(ops)
 
@@ -302,13 +304,13 @@ class SqliteStore(SqliteLeases, SqliteMaintenance, BatchingStore):
     def write_batch(self, ops: Sequence[WriteOp], *, sync: bool = False) -> list[BatchResult]:
         """See :meth:`Store.write_batch`: one transaction, a savepoint per op -- or, for
         appends to distinct sessions, a handful of statements for the whole batch."""
-        check_ops(ops, sync)
-        writes = any(not isinstance(op, AppendOp) or op.events for op in ops)
+        appends = check_ops(ops, sync)  # every op an append of events (the usual batch)
+        writes = appends or any(not isinstance(op, AppendOp) or op.events for op in ops)
         if not writes and not (sync and self._needs_sync()):
             # Nothing to write and nothing to make durable: checks only, no transaction.
             with self._connection("write_batch", write=True) as conn:
                 return [sqlops.check_op(conn, op) for op in ops]
-        if _plain_appends(ops):
+        if _plain_appends(ops, appends):
             try:
                 with self._write(
                     "write_batch", sync=sync, fast_append=True, touch=not writes

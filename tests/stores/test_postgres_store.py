@@ -34,6 +34,7 @@ from stores import (
     UnsupportedFormatError,
     prepare_events,
 )
+from stores._batching import check_ops
 from stores.postgres import _schema as pg_schema
 
 Opener = Callable[..., PostgresStore]
@@ -555,7 +556,8 @@ def test_one_event_each_statement_commits_or_undoes_itself(
         store.acquire_lease(i, "me", ttl=60, holder="h")
         assert store.write_batch([op(i, 2, expected_head=0, owner="me")]) == [2]
     ops = one_event_ops(store, ids, "me")
-    assert pgops.plain_appends(ops)
+    assert check_ops(ops)
+    assert pgops.distinct_sessions(ops)
     assert pgops.one_each(ops)
     row = pg_raw.execute(
         pgops.APPEND_ONE_EACH, pgops.append_one_each_args(ops, None, sync=False)
