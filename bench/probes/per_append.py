@@ -50,7 +50,10 @@ Two ways to measure, the same program:
   ``w2-*`` systems the two runs are of the warm-up repetition alone and of it and ``k``
   more (``--repetitions``), and the difference is divided by ``k`` x :data:`W2_EVENTS`.
   Their counts move by about 0.5% from run to run: how many events a commit carries
-  depends on how the two threads take turns.
+  depends on how the two threads take turns. They run without W9's lag probe, whose 1 ms
+  wake-ups would come ~50x as often per event under callgrind as in a real run (about
+  8,000 instructions an event of W2's count; ``set_lag_probe`` in
+  :mod:`bench.workloads.w2_group_commit`).
 """
 
 from __future__ import annotations
@@ -336,6 +339,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.run is not None:  # the program callgrind measures
         system, count = args.run
         if system in _W2_SYSTEMS:
+            from ..workloads.w2_group_commit import set_lag_probe
+
+            set_lag_probe(False)  # (see there: under callgrind it would count the probe)
             w2_loop(system, int(count))
         else:
             trio.run(_LOOPS[system], int(count))

@@ -58,6 +58,7 @@ __all__ = [
     "RawGroupCommit",
     "raw_client",
     "raw_run",
+    "set_lag_probe",
     "shape",
     "tidelog_client",
     "timed_clients",
@@ -102,16 +103,29 @@ class Gate:
             self.all_done.set()
 
 
+_LAG_PROBE = [True]
+
+
+def set_lag_probe(enabled: bool) -> None:
+    """Whether :func:`timed_clients` runs the event-loop lag probe (on unless told; W9
+    reads it). The instruction counts of ``python -m bench.probes.per_append`` turn it
+    off: under callgrind a repetition runs ~50x slower, so the probe's 1 ms wake-ups come
+    ~50x as often per event as in a real run, and the count would measure the probe."""
+    _LAG_PROBE[0] = enabled
+
+
 async def timed_clients(
     gate: Gate, spawn: Callable[[trio.Nursery], None]
 ) -> tuple[float, LagProbe]:
-    """Spawn the clients, start them together, return (elapsed, probe)."""
+    """Spawn the clients, start them together, return (elapsed, probe) -- the probe with
+    no samples if :func:`set_lag_probe` turned it off."""
     probe = LagProbe()
     async with trio.open_nursery() as nursery:
         spawn(nursery)
         await gate.all_ready.wait()
         async with trio.open_nursery() as probe_nursery:
-            await probe_nursery.start(probe.run)
+            if _LAG_PROBE[0]:
+                await probe_nursery.start(probe.run)
             start = time.perf_counter()
             gate.go.set()
             await gate.all_done.wait()
