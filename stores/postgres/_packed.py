@@ -14,10 +14,10 @@ The separators:
 * texts -- session ids, kinds, run ids, owners, JSON texts -- are joined with U+001E
   (RECORD SEPARATOR), a control character: validated ids, kinds and run ids have none, and
   JSON text has none (a string's control characters are always escaped, and no JSON
-  whitespace is one). The join is checked anyway (its separators are counted, and an
-  empty text, which the split could not tell from no element, is refused), so a value
-  made another way is never split wrong: a ``pack_*`` function returns ``None`` and the
-  caller takes a path that sends the values as they are.
+  whitespace is one). The values are checked anyway (a separator in one of them is
+  looked for, and an empty text, which the split could not tell from no element, is
+  refused), so a value made another way is never split wrong: a ``pack_*`` function
+  returns ``None`` and the caller takes a path that sends the values as they are.
 * ``None`` is a text of its own, U+001F (UNIT SEPARATOR) alone, in a column of texts, and
   ``n`` in a column of integers (``string_to_array``'s null string): an empty text
   would not do, as ``string_to_array('', ...)`` is the empty array, not ``{NULL}``.
